@@ -1,0 +1,122 @@
+"""The contact set: Jacobians, drift terms, tangent bases and friction rows of point contacts.
+
+Layer 2 of DESIGN.md §3. Buffers are sized for every configured contact; an ``active``
+mask says which touch now, so QPs keep their size (and warm start) across switches.
+All vectors are in the world frame (Pinocchio's LOCAL_WORLD_ALIGNED at the contact point).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pinocchio as pin
+
+from .dynamics import DynamicsTerms
+from .errors import UnknownNameError
+from .model import RobotModel
+
+#: rows of the friction pyramid per contact: four facets and the unilateral row
+PYRAMID_ROWS = 5
+
+
+def tangent_basis(normal: np.ndarray) -> np.ndarray:
+    """Rows (t1, t2, n): an orthonormal, right-handed basis with n = ``normal``."""
+    n = normal / np.linalg.norm(normal)
+    helper = np.array([1.0, 0.0, 0.0]) if abs(n[0]) < 0.9 else np.array([0.0, 1.0, 0.0])
+    t1 = np.cross(helper, n)
+    t1 /= np.linalg.norm(t1)
+    t2 = np.cross(n, t1)
+    return np.vstack((t1, t2, n))
+
+
+def pyramid_rows(basis: np.ndarray, mu: float) -> np.ndarray:
+    """Rows ``D`` with ``D f ≤ 0`` ⇔ f (world) inside the friction pyramid.
+
+    Facets |t1·f| ≤ μ n·f and |t2·f| ≤ μ n·f, plus unilateral n·f ≥ 0.
+    """
+    t1, t2, n = basis
+    return np.vstack((t1 - mu * n, -t1 - mu * n, t2 - mu * n, -t2 - mu * n, -n))
+
+
+class ContactSet:
+    """Point contacts of a :class:`RobotModel`, refreshed in place every tick.
+
+    Attributes (``k`` = number of configured contacts):
+        J: (k, 3, nv) translational Jacobians of the contact points, world frame.
+        drift: (k, 3) J̇v, the contact-point acceleration at zero q̈ [m/s²].
+        position: (k, 3) contact-point positions [m].
+        basis: (k, 3, 3) rows (t1, t2, n) per contact.
+        friction_rows: (k, 5, 3) pyramid rows, ``friction_rows[i] @ f_i ≤ 0``.
+        phi: (k,) signed distances [m] (0 unless set: estimates say "touching").
+        active: (k,) bool mask of contacts touching now.
+    """
+
+    def __init__(self, model: RobotModel):
+        self.model = model
+        k, nv = len(model.contacts), model.nv
+        self.size = k
+        self.J = np.zeros((k, 3, nv))
+        self.drift = np.zeros((k, 3))
+        self.position = np.zeros((k, 3))
+        self.phi = np.zeros(k)
+        self.active = np.zeros(k, dtype=bool)
+        self.basis = np.zeros((k, 3, 3))
+        self.friction_rows = np.zeros((k, PYRAMID_ROWS, 3))
+        self.mu = np.zeros(k)
+        for i, c in enumerate(model.contacts):
+            self.basis[i] = tangent_basis(c.normal_world)
+            self.set_friction(i, c.friction)
+        self._J6 = np.zeros((6, nv))
+        self._order = np.zeros(k, dtype=int)  # active contacts, in the caller's order
+        self.n_active = 0
+
+    def set_friction(self, index: int, mu: float) -> None:
+        """Change μ of one contact; rebuilds its pyramid rows (not a per-tick operation)."""
+        self.mu[index] = mu
+        self.friction_rows[index] = pyramid_rows(self.basis[index], mu)
+
+    def set_active(self, frames: Sequence[str]) -> None:
+        """Mark the named contacts active; remember their order for the results."""
+        self.active[:] = False
+        n = 0
+        for frame in frames:
+            i = self.model.contact_index(frame)
+            if self.active[i]:
+                continue
+            self.active[i] = True
+            self._order[n] = i
+            n += 1
+        self.n_active = n
+
+    def set_active_mask(self, mask: np.ndarray) -> None:
+        """Mark contacts active from a boolean mask in configuration order."""
+        self.active[:] = mask
+        idx = np.flatnonzero(self.active)
+        self.n_active = idx.size
+        self._order[: idx.size] = idx
+
+    @property
+    def order(self) -> np.ndarray:
+        """Indices of the active contacts, in the order they were activated."""
+        return self._order[: self.n_active]
+
+    def update(self, terms: DynamicsTerms) -> None:
+        """Refresh Jacobians, drift and positions of all contacts from ``terms``."""
+        pm, data = self.model.pin_model, terms.data
+        lwa = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
+        for i, fid in enumerate(self.model.contact_frame_ids):
+            self._J6[:] = pin.getFrameJacobian(pm, data, fid, lwa)
+            self.J[i] = self._J6[:3]
+            self.drift[i] = pin.getFrameClassicalAcceleration(pm, data, fid, lwa).linear
+            self.position[i] = data.oMf[fid].translation
+
+    def frame_names(self) -> tuple[str, ...]:
+        """Names of the active contacts in result order."""
+        frames = self.model.contact_frames
+        return tuple(frames[i] for i in self.order)
+
+    def check_frames(self, frames: Sequence[str]) -> None:
+        for frame in frames:
+            if frame not in self.model.contact_frames:
+                raise UnknownNameError("contact frame", frame, self.model.contact_frames)

@@ -1,0 +1,48 @@
+"""Per-tick rigid-body terms: one Pinocchio pass fills M, h and the kinematics.
+
+Buffers are allocated once; :meth:`DynamicsTerms.update` refreshes them in place.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pinocchio as pin
+
+from .model import RobotModel
+
+
+class DynamicsTerms:
+    """Mass matrix ``M`` (nv×nv, symmetric), bias ``h = C v + g`` (nv) at (q, v).
+
+    After :meth:`update`, ``data`` holds joint placements, velocities, joint Jacobians
+    and the zero-acceleration kinematics needed for contact drift terms.
+    """
+
+    def __init__(self, model: RobotModel):
+        self.model = model
+        self.data = model.pin_model.createData()
+        nv = model.nv
+        self.M = np.zeros((nv, nv))
+        self.h = np.zeros(nv)
+        self.q = np.zeros(model.nq)
+        self.v = np.zeros(nv)
+        self._zero_a = np.zeros(nv)
+
+    def update(self, q: np.ndarray, v: np.ndarray) -> None:
+        """Compute M, h, joint Jacobians and frame kinematics at (q, v)."""
+        pm, data = self.model.pin_model, self.data
+        self.q[:] = q
+        self.v[:] = v
+        pin.computeAllTerms(pm, data, self.q, self.v)
+        # computeAllTerms fills the upper triangle only
+        self.M[:] = data.M
+        il = np.tril_indices_from(self.M, -1)
+        self.M[il] = self.M.T[il]
+        self.h[:] = data.nle
+        # zero-acceleration pass: frame classical accelerations are then the drift J̇v
+        pin.forwardKinematics(pm, data, self.q, self.v, self._zero_a)
+        pin.updateFramePlacements(pm, data)
+
+    def rnea(self, qdd: np.ndarray) -> np.ndarray:
+        """M qdd + h at the last (q, v) [N·m], without re-running the recursion."""
+        return self.M @ qdd + self.h

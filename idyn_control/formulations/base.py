@@ -1,0 +1,208 @@
+"""The formulation base class and the result every formulation returns.
+
+A formulation turns (q, v, q̈_des, active contacts) into joint torques, the resulting
+generalized acceleration and the predicted contact forces. Subclasses implement
+:meth:`Formulation._compute`; input checks, the per-tick Pinocchio pass and timing are
+done here once for all of them.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping, Sequence
+
+import numpy as np
+
+from ..contacts import ContactSet
+from ..dynamics import DynamicsTerms
+from ..errors import ConfigError, NonFiniteError, ShapeError
+from ..model import RobotModel
+from ..qp import SOLVED
+
+
+@dataclass(frozen=True)
+class Result:
+    """One inverse-dynamics solution.
+
+    Invariant (checked in tests): ``M qdd + h = Sᵀ tau + Σ_i J_iᵀ forces[i]``.
+
+    Attributes:
+        tau: actuated joint torques [N·m], Pinocchio velocity order, shape (na,).
+        qdd: generalized acceleration [m/s², rad/s²], shape (nv,).
+        forces: predicted contact forces, world frame [N], shape (n_active, 3), one row
+            per active contact in the order given to :meth:`Formulation.solve`.
+        contact_frames: names of the rows of ``forces``.
+        status: "solved", "max_iter", "infeasible" or "failed".
+        iterations: solver iterations (0 for closed-form formulations).
+        solve_time_s: time spent in the QP/LCP solver(s) [s].
+        compute_time_s: time of the whole tick: model, contacts, assembly, solve [s].
+    """
+
+    tau: np.ndarray
+    qdd: np.ndarray
+    forces: np.ndarray
+    contact_frames: tuple[str, ...]
+    status: str
+    iterations: int
+    solve_time_s: float
+    compute_time_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.status == SOLVED
+
+
+def check_vector(name: str, x: Any, size: int) -> np.ndarray:
+    """Return ``x`` as a float vector of ``size`` or raise a clear error."""
+    arr = np.asarray(x, dtype=float)
+    if arr.shape != (size,):
+        raise ShapeError(name, arr.shape, (size,))
+    if not np.isfinite(arr).all():
+        raise NonFiniteError(name, np.flatnonzero(~np.isfinite(arr)))
+    return arr
+
+
+class Formulation(ABC):
+    """Base class: owns the per-tick dynamics terms, the contact set and the options.
+
+    Subclasses declare ``name`` and ``defaults`` (option name → default value, the
+    documented options) and implement :meth:`_compute`.
+    """
+
+    name: ClassVar[str]
+    defaults: ClassVar[Mapping[str, Any]] = {}
+    #: True when the formulation predicts contact forces (so the invariants apply)
+    predicts_forces: ClassVar[bool] = True
+    #: True when returned torques respect the model's effort limits
+    respects_torque_limits: ClassVar[bool] = False
+    #: True when returned forces satisfy the friction pyramid
+    respects_friction: ClassVar[bool] = False
+
+    def __init__(self, model: RobotModel, *, dt: float = 1e-3, **options: Any):
+        if not np.isfinite(dt) or dt <= 0.0:
+            raise ConfigError("dt", dt, "must be a finite time step > 0 [s]")
+        unknown = set(options) - set(self.defaults)
+        if unknown:
+            raise ConfigError("options", sorted(unknown),
+                              f"not options of {self.name!r}; valid: {sorted(self.defaults) or 'none'}")
+        self.model = model
+        self.dt = float(dt)
+        self.options = {**self.defaults, **options}
+        self.terms = DynamicsTerms(model)
+        self.contacts = ContactSet(model)
+        nv, na = model.nv, model.na
+        # outputs of _compute, written in place
+        self.tau = np.zeros(na)
+        self.qdd = np.zeros(nv)
+        self.forces = np.zeros((self.contacts.size, 3))  # per configured contact
+        self.qdd_des = np.zeros(nv)
+        self._q = np.zeros(model.nq)
+
+    # ------------------------------------------------------------------ public API
+    def solve(self, q, v, qdd_des, active_contacts: Sequence[str] = (), *,
+              phi: Sequence[float] | None = None) -> Result:
+        """One inverse-dynamics solve.
+
+        Args:
+            q: configuration (nq); a floating base's quaternion is normalized.
+            v: generalized velocity (nv) [m/s, rad/s].
+            qdd_des: desired generalized acceleration (nv); formulations that decide
+                the base acceleration ignore its first 6 entries (or treat them as a task).
+            active_contacts: names of the contact frames touching now.
+            phi: optional signed distances of the active contacts [m] (Baumgarte term).
+        """
+        t0 = time.perf_counter()
+        m = self.model
+        self._q[:] = check_vector("q", q, m.nq)
+        v = check_vector("v", v, m.nv)
+        self.qdd_des[:] = check_vector("qdd_des", qdd_des, m.nv)
+        if m.floating_base:
+            norm = np.linalg.norm(self._q[3:7])
+            if norm < 1e-9:
+                raise NonFiniteError("q (base quaternion norm)", [3, 4, 5, 6])
+            self._q[3:7] /= norm
+        self.contacts.set_active(active_contacts)
+        self.contacts.phi[:] = 0.0
+        if phi is not None:
+            phi = check_vector("phi", phi, self.contacts.n_active)
+            self.contacts.phi[self.contacts.order] = phi
+        self.terms.update(self._q, v)
+        self.contacts.update(self.terms)
+        self.forces[:] = 0.0
+        status, iterations, solve_time = self._compute()
+        order = self.contacts.order
+        return Result(
+            tau=self.tau.copy(),
+            qdd=self.qdd.copy(),
+            forces=self.forces[order].copy(),
+            contact_frames=self.contacts.frame_names(),
+            status=status,
+            iterations=int(iterations),
+            solve_time_s=float(solve_time),
+            compute_time_s=time.perf_counter() - t0,
+        )
+
+    def reset(self) -> None:
+        """Forget internal state (warm starts, previous solutions, integrators)."""
+
+    def set_option(self, key: str, value: Any) -> None:
+        """Change an option at run time (takes effect on the next solve)."""
+        if key not in self.defaults:
+            raise ConfigError(key, value, f"not an option of {self.name!r}; valid: {sorted(self.defaults)}")
+        self.options[key] = value
+
+    # ------------------------------------------------------------------ subclass hook
+    @abstractmethod
+    def _compute(self) -> tuple[str, int, float]:
+        """Fill ``self.tau``, ``self.qdd`` and ``self.forces`` (rows of active contacts).
+
+        ``self.terms`` and ``self.contacts`` are up to date, ``self.qdd_des`` holds the
+        desired acceleration. Returns (status, iterations, solver time [s]).
+        """
+
+    # ------------------------------------------------------------------ shared helpers
+    def stacked_jacobian(self, out: np.ndarray | None = None) -> np.ndarray:
+        """Jacobians of the active contacts stacked in result order, (3·n_active, nv)."""
+        order = self.contacts.order
+        J = self.contacts.J[order].reshape(-1, self.model.nv)
+        if out is not None:
+            out[: J.shape[0]] = J
+            return out[: J.shape[0]]
+        return J
+
+    def stacked_drift(self) -> np.ndarray:
+        """Drift J̇v of the active contacts stacked in result order, (3·n_active,)."""
+        return self.contacts.drift[self.contacts.order].reshape(-1)
+
+    def torque_from_dynamics(self, qdd: np.ndarray, f_stacked: np.ndarray) -> None:
+        """τ = (M q̈ + h − Jᵀ f)[actuated] for the active contacts; writes ``self.tau``."""
+        gen = self.terms.M @ qdd + self.terms.h
+        if f_stacked.size:
+            gen -= self.stacked_jacobian().T @ f_stacked
+        self.tau[:] = gen[self.model.n_base:]
+
+    def set_forces(self, f_stacked: np.ndarray) -> None:
+        """Store stacked active forces (result order) into ``self.forces``."""
+        self.forces[self.contacts.order] = f_stacked.reshape(-1, 3)
+
+    def constrained_forward_dynamics(self, tau: np.ndarray) -> None:
+        """q̈ and f that ``tau`` produces with the active contacts held (bilateral).
+
+        Solves [M −Jᵀ; J 0][q̈; f] = [Sᵀτ − h; −J̇v]; writes ``self.qdd`` and
+        ``self.forces``. Redundant contact constraints are handled by least squares.
+        """
+        m, M, h = self.model, self.terms.M, self.terms.h
+        rhs = -h.copy()
+        rhs[m.n_base:] += tau
+        J = self.stacked_jacobian()
+        if J.shape[0] == 0:
+            self.qdd[:] = np.linalg.solve(M, rhs)
+            return
+        Minv_JT = np.linalg.solve(M, J.T)
+        Minv_rhs = np.linalg.solve(M, rhs)
+        G = J @ Minv_JT  # contact-space inverse inertia (Delassus)
+        f = np.linalg.lstsq(G, -self.stacked_drift() - J @ Minv_rhs, rcond=1e-10)[0]
+        self.qdd[:] = Minv_rhs + Minv_JT @ f
+        self.set_forces(f)

@@ -1,0 +1,230 @@
+"""The robot model: URDF → Pinocchio model, joint-name maps, limits, contact configuration.
+
+Layer 1 of DESIGN.md §3. Nothing here changes per tick; per-tick quantities live in
+:class:`idyn_control.dynamics.DynamicsTerms` and :class:`idyn_control.contacts.ContactSet`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pinocchio as pin
+
+from .errors import ConfigError, ModelError, UnknownNameError
+
+_PACKAGE_URI = re.compile(r"package://([^/\"'<>\s]+)/([^\"'<>\s]*)")
+
+
+def resolve_package_uris(urdf_xml: str, package_dirs: Sequence[str | os.PathLike]) -> str:
+    """Rewrite ``package://NAME/rest`` to an absolute path when ``<dir>/NAME/rest`` exists.
+
+    URIs that cannot be resolved are left as they are (Pinocchio's dynamic model does
+    not read meshes; only the MuJoCo conversion needs them).
+    """
+    dirs = [Path(d) for d in package_dirs]
+
+    def replace(match: re.Match) -> str:
+        for d in dirs:
+            candidate = d / match.group(1) / match.group(2)
+            if candidate.exists():
+                return str(candidate)
+        return match.group(0)
+
+    return _PACKAGE_URI.sub(replace, urdf_xml)
+
+
+def _read_urdf(urdf: str | os.PathLike) -> tuple[str, Path | None]:
+    """Return (xml, path) for a path or an XML string."""
+    text = os.fspath(urdf)
+    if text.lstrip().startswith("<"):
+        return text, None
+    path = Path(text)
+    if not path.is_file():
+        raise ModelError(f"URDF file not found: {text!r}")
+    return path.read_text(), path
+
+
+@dataclass(frozen=True)
+class ContactConfig:
+    """One contact point: frame, world-frame surface normal, friction coefficient μ."""
+
+    frame: str
+    normal_world: np.ndarray = field(default_factory=lambda: np.array([0.0, 0.0, 1.0]))
+    friction: float = 0.7
+
+
+class RobotModel:
+    """A rigid-body model built from a URDF, with the ROS ↔ Pinocchio joint maps.
+
+    Attributes:
+        pin_model: the :class:`pinocchio.Model`.
+        floating_base: True when the root is a free flyer (first 6 velocity entries
+            are the base twist in the base frame, Pinocchio's convention).
+        joint_names: actuated joint names, in Pinocchio velocity order.
+        nq, nv, na: configuration, velocity and actuated dimensions.
+        tau_max: effort limits of the actuated joints [N·m or N], shape (na,).
+        q_lower, q_upper: position limits of the actuated joints, shape (na,).
+        contacts: the configured contact points, in order.
+        urdf_xml: the URDF text with ``package://`` URIs resolved where possible.
+    """
+
+    def __init__(
+        self,
+        pin_model: pin.Model,
+        *,
+        urdf_xml: str = "",
+        contacts: Sequence[ContactConfig] = (),
+        effort_limits: float | Mapping[str, float] | None = None,
+        package_dirs: Sequence[str] = (),
+    ):
+        self.pin_model = pin_model
+        self.urdf_xml = urdf_xml
+        self.package_dirs = tuple(str(d) for d in package_dirs)
+        self.floating_base = pin_model.njoints > 1 and pin_model.joints[1].shortname() == "JointModelFreeFlyer"
+        self.nq = pin_model.nq
+        self.nv = pin_model.nv
+        self.n_base = 6 if self.floating_base else 0
+        self.na = self.nv - self.n_base
+
+        first_joint = 2 if self.floating_base else 1
+        names, v_idx, q_idx = [], [], []
+        for jid in range(first_joint, pin_model.njoints):
+            joint = pin_model.joints[jid]
+            if joint.nv != 1:
+                raise ModelError(
+                    f"joint {pin_model.names[jid]!r} has {joint.nv} velocity DoF; only 1-DoF joints are supported"
+                )
+            names.append(pin_model.names[jid])
+            v_idx.append(joint.idx_v)
+            q_idx.append(joint.idx_q)
+        self.joint_names: tuple[str, ...] = tuple(names)
+        self.joint_v_index = np.array(v_idx, dtype=int)
+        self.joint_q_index = np.array(q_idx, dtype=int)
+        self._joint_position = {n: i for i, n in enumerate(names)}
+
+        self.tau_max = np.array(pin_model.effortLimit[self.n_base :], dtype=float)
+        if effort_limits is not None:
+            self.set_effort_limits(effort_limits)
+        self.q_lower = np.array([pin_model.lowerPositionLimit[i] for i in q_idx], dtype=float)
+        self.q_upper = np.array([pin_model.upperPositionLimit[i] for i in q_idx], dtype=float)
+        self.v_max = np.array(pin_model.velocityLimit[self.n_base :], dtype=float)
+
+        self.contacts: tuple[ContactConfig, ...] = tuple(contacts)
+        for c in self.contacts:
+            if not pin_model.existFrame(c.frame):
+                raise UnknownNameError("contact frame", c.frame, [f.name for f in pin_model.frames])
+        self.contact_frames: tuple[str, ...] = tuple(c.frame for c in self.contacts)
+        self.contact_frame_ids = tuple(int(pin_model.getFrameId(c.frame)) for c in self.contacts)
+        self._contact_position = {c.frame: i for i, c in enumerate(self.contacts)}
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_urdf(
+        cls,
+        urdf: str | os.PathLike,
+        *,
+        floating_base: bool | None = None,
+        contact_frames: Sequence[str] = (),
+        package_dirs: Sequence[str | os.PathLike] = (),
+        friction: float = 0.7,
+        effort_limits: float | Mapping[str, float] | None = None,
+        contact_normal: Sequence[float] = (0.0, 0.0, 1.0),
+    ) -> "RobotModel":
+        """Build a model from a URDF path or XML string.
+
+        Args:
+            urdf: path to a ``.urdf`` file, or the XML text itself.
+            floating_base: add a free-flyer root joint. ``None`` means "floating when
+                contact frames are given" (legged robots), fixed otherwise (arms).
+            contact_frames: names of the frames that can touch the environment.
+            package_dirs: directories searched for ``package://NAME/...`` URIs; the
+                URDF's own directory and its parents are searched too.
+            friction: Coulomb friction coefficient μ of every contact (> 0).
+            effort_limits: override of the URDF effort limits [N·m]: one value for all
+                joints or a mapping joint name → limit.
+            contact_normal: world-frame surface normal at every contact (flat ground).
+        """
+        xml, path = _read_urdf(urdf)
+        search = [Path(d) for d in package_dirs]
+        if path is not None:
+            search += list(path.resolve().parents)[:4]
+        xml = resolve_package_uris(xml, search)
+        if floating_base is None:
+            floating_base = len(contact_frames) > 0
+        if not np.isfinite(friction) or friction <= 0.0:
+            raise ConfigError("friction", friction, "must be a finite value > 0")
+        normal = np.asarray(contact_normal, dtype=float)
+        if normal.shape != (3,) or not np.isfinite(normal).all() or np.linalg.norm(normal) < 1e-9:
+            raise ConfigError("contact_normal", contact_normal, "must be a non-zero 3-vector")
+        normal = normal / np.linalg.norm(normal)
+        try:
+            if floating_base:
+                pin_model = pin.buildModelFromXML(xml, pin.JointModelFreeFlyer())
+            else:
+                pin_model = pin.buildModelFromXML(xml)
+        except (RuntimeError, ValueError) as exc:
+            raise ModelError(f"cannot build a model from the URDF: {exc}") from exc
+        contacts = [ContactConfig(frame, normal.copy(), float(friction)) for frame in contact_frames]
+        return cls(pin_model, urdf_xml=xml, contacts=contacts, effort_limits=effort_limits,
+                   package_dirs=[str(d) for d in search])
+
+    # ------------------------------------------------------------------ maps and limits
+    def joint_index(self, name: str) -> int:
+        """Position of an actuated joint in τ (Pinocchio velocity order minus the base)."""
+        try:
+            return self._joint_position[name]
+        except KeyError:
+            raise UnknownNameError("joint", name, self.joint_names) from None
+
+    def joint_order(self, names: Sequence[str]) -> np.ndarray:
+        """Indices that reorder our τ into the given joint order (e.g. a controller's)."""
+        return np.array([self.joint_index(n) for n in names], dtype=int)
+
+    def contact_index(self, frame: str) -> int:
+        """Position of a contact frame in :attr:`contacts`."""
+        try:
+            return self._contact_position[frame]
+        except KeyError:
+            raise UnknownNameError("contact frame", frame, self.contact_frames) from None
+
+    def set_effort_limits(self, limits: float | Mapping[str, float]) -> None:
+        """Override effort limits [N·m]: a scalar for all joints, or name → limit."""
+        if isinstance(limits, Mapping):
+            for name, value in limits.items():
+                self._check_limit(name, value)
+                self.tau_max[self.joint_index(name)] = float(value)
+        else:
+            self._check_limit("effort_limits", limits)
+            self.tau_max[:] = float(limits)
+
+    @staticmethod
+    def _check_limit(name: str, value: float) -> None:
+        if not np.isfinite(value) or value <= 0.0:
+            raise ConfigError(name, value, "effort limit must be finite and > 0")
+
+    # ------------------------------------------------------------------ states
+    def neutral(self) -> np.ndarray:
+        """Neutral configuration (identity base orientation, joints at zero)."""
+        return pin.neutral(self.pin_model)
+
+    def random_configuration(self, rng: np.random.Generator) -> np.ndarray:
+        """A configuration with joints uniformly inside their (finite) limits."""
+        q = self.neutral()
+        lo = np.where(np.isfinite(self.q_lower), self.q_lower, -np.pi)
+        hi = np.where(np.isfinite(self.q_upper), self.q_upper, np.pi)
+        q[self.joint_q_index] = rng.uniform(lo, hi)
+        if self.floating_base:
+            q[:3] = rng.normal(0.0, 0.1, 3)
+            quat = rng.normal(size=4)
+            q[3:7] = quat / np.linalg.norm(quat)
+        return q
+
+    def __repr__(self) -> str:
+        base = "floating" if self.floating_base else "fixed"
+        return (f"RobotModel({self.pin_model.name!r}, {base} base, nq={self.nq}, nv={self.nv}, "
+                f"contacts={list(self.contact_frames)})")

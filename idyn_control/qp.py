@@ -1,0 +1,164 @@
+"""Quadratic programs: a persistent, warm-started ProxQP, or any installed qpsolvers backend.
+
+Layer 4 of DESIGN.md §3. A formulation owns one :class:`QpSolver` per QP it solves. It
+writes the problem data in place into ``H, g, A, b, C, l, u``::
+
+    minimize ½ xᵀHx + gᵀx   subject to   A x = b,   l ≤ C x ≤ u
+
+and calls :meth:`QpSolver.solve`. With ``solver="proxqp"`` (default) the ProxQP object is
+``init``-ed once and then ``update``-d and warm-started from the previous result every
+tick. Any other name hands the same problem to that :mod:`qpsolvers` backend, one-shot:
+slower, there so users can compare solvers on their robot.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import proxsuite
+
+from .errors import UnknownNameError
+
+#: bounds at or beyond this magnitude are treated as infinite
+INF = 1e20
+
+SOLVED = "solved"
+MAX_ITER = "max_iter"
+INFEASIBLE = "infeasible"
+FAILED = "failed"
+
+_PROXQP_STATUS = {
+    proxsuite.proxqp.QPSolverOutput.PROXQP_SOLVED: SOLVED,
+    proxsuite.proxqp.QPSolverOutput.PROXQP_MAX_ITER_REACHED: MAX_ITER,
+    proxsuite.proxqp.QPSolverOutput.PROXQP_PRIMAL_INFEASIBLE: INFEASIBLE,
+    proxsuite.proxqp.QPSolverOutput.PROXQP_DUAL_INFEASIBLE: INFEASIBLE,
+    proxsuite.proxqp.QPSolverOutput.PROXQP_SOLVED_CLOSEST_PRIMAL_FEASIBLE: INFEASIBLE,
+    proxsuite.proxqp.QPSolverOutput.PROXQP_NOT_RUN: FAILED,
+}
+
+
+def solver_names() -> tuple[str, ...]:
+    """``proxqp`` (persistent) and every installed qpsolvers backend."""
+    import qpsolvers
+
+    return ("proxqp",) + tuple(s for s in qpsolvers.available_solvers if s != "proxqp")
+
+
+@dataclass
+class QpOutcome:
+    """What one solve produced; ``x`` is a view valid until the next solve."""
+
+    x: np.ndarray
+    y: np.ndarray  # multipliers of A x = b
+    z: np.ndarray  # multipliers of l ≤ C x ≤ u
+    status: str
+    iterations: int
+    solve_time_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.status == SOLVED
+
+
+class QpSolver:
+    """One QP of fixed size, solved repeatedly.
+
+    Args:
+        n, n_eq, n_in: number of variables, equality rows, inequality rows.
+        solver: ``"proxqp"`` or a qpsolvers backend name (see :func:`solver_names`).
+        warm_start: start each ProxQP solve from the previous result (default); when
+            False every solve starts cold, which tests use to measure the gain.
+        eps_abs: absolute accuracy of the primal/dual residuals.
+        max_iter: iteration cap of a solve.
+    """
+
+    def __init__(self, n: int, n_eq: int, n_in: int, *, solver: str = "proxqp",
+                 warm_start: bool = True, eps_abs: float = 1e-9, max_iter: int = 1000):
+        valid = solver_names()
+        if solver not in valid:
+            raise UnknownNameError("QP solver", solver, valid)
+        self.solver = solver
+        self.n, self.n_eq, self.n_in = n, n_eq, n_in
+        self.H = np.zeros((n, n))
+        self.g = np.zeros(n)
+        self.A = np.zeros((n_eq, n))
+        self.b = np.zeros(n_eq)
+        self.C = np.zeros((n_in, n))
+        self.l = np.full(n_in, -INF)
+        self.u = np.full(n_in, INF)
+        self.warm_start = warm_start
+        self.eps_abs = eps_abs
+        self.max_iter = max_iter
+        self._initialized = False
+        self._x = np.zeros(n)
+        self._y = np.zeros(n_eq)
+        self._z = np.zeros(n_in)
+        if solver == "proxqp":
+            self._qp = proxsuite.proxqp.dense.QP(n, n_eq, n_in)
+            s = self._qp.settings
+            s.eps_abs = eps_abs
+            s.eps_rel = 0.0
+            s.max_iter = max_iter
+            s.verbose = False
+            s.initial_guess = (proxsuite.proxqp.InitialGuess.WARM_START_WITH_PREVIOUS_RESULT if warm_start
+                               else proxsuite.proxqp.InitialGuess.NO_INITIAL_GUESS)
+
+    def reset(self) -> None:
+        """Forget the previous result: the next solve starts cold and re-initializes."""
+        self._initialized = False
+
+    def solve(self) -> QpOutcome:
+        """Solve with the current problem data."""
+        t0 = time.perf_counter()
+        if self.solver == "proxqp":
+            status, iters = self._solve_proxqp()
+        else:
+            status, iters = self._solve_qpsolvers()
+        return QpOutcome(self._x, self._y, self._z, status, iters, time.perf_counter() - t0)
+
+    def _solve_proxqp(self) -> tuple[str, int]:
+        qp = self._qp
+        A = self.A if self.n_eq else None
+        b = self.b if self.n_eq else None
+        C = self.C if self.n_in else None
+        if not self._initialized:
+            qp.init(self.H, self.g, A, b, C, self.l if self.n_in else None, self.u if self.n_in else None)
+            self._initialized = True
+        else:
+            qp.update(self.H, self.g, A, b, C, self.l if self.n_in else None, self.u if self.n_in else None)
+        qp.solve()
+        r = qp.results
+        status = _PROXQP_STATUS.get(r.info.status, FAILED)
+        self._x[:] = r.x
+        self._y[:] = r.y
+        self._z[:] = r.z
+        return status, int(r.info.iter)
+
+    def _solve_qpsolvers(self) -> tuple[str, int]:
+        import qpsolvers
+
+        finite_u = self.u < INF
+        finite_l = self.l > -INF
+        G = np.vstack((self.C[finite_u], -self.C[finite_l]))
+        h = np.concatenate((self.u[finite_u], -self.l[finite_l]))
+        problem = qpsolvers.Problem(
+            self.H, self.g, G if G.size else None, h if h.size else None,
+            self.A if self.n_eq else None, self.b if self.n_eq else None,
+        )
+        try:
+            solution = qpsolvers.solve_problem(problem, solver=self.solver)
+        except Exception:  # noqa: BLE001 - backends raise their own types on bad problems
+            return FAILED, 0
+        if not solution.found or solution.x is None:
+            return INFEASIBLE, 0
+        self._x[:] = solution.x
+        if self.n_eq and solution.y is not None:
+            self._y[:] = solution.y
+        if self.n_in and solution.z is not None:
+            zu = np.zeros(self.n_in)
+            zu[finite_u] = solution.z[: finite_u.sum()]
+            zu[finite_l] -= solution.z[finite_u.sum():]
+            self._z[:] = zu
+        return SOLVED, 0
