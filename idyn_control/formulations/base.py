@@ -206,3 +206,13 @@ class Formulation(ABC):
         f = np.linalg.lstsq(G, -self.stacked_drift() - J @ Minv_rhs, rcond=1e-10)[0]
         self.qdd[:] = Minv_rhs + Minv_JT @ f
         self.set_forces(f)
+
+    def dynamics_residual(self, result: Result) -> float:
+        """Relative residual ‖M q̈ + h − Sᵀτ − Σ Jᵀf‖ / max(1, ‖M q̈ + h‖) at the last state."""
+        m = self.model
+        gen = self.terms.M @ result.qdd + self.terms.h
+        scale = max(1.0, float(np.linalg.norm(gen)))
+        gen[m.n_base:] -= result.tau
+        for frame, f in zip(result.contact_frames, result.forces):
+            gen -= self.contacts.J[m.contact_index(frame)].T @ f
+        return float(np.linalg.norm(gen)) / scale
