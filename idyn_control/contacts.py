@@ -15,6 +15,7 @@ import pinocchio as pin
 from .dynamics import DynamicsTerms
 from .errors import UnknownNameError
 from .model import RobotModel
+from .qp import INF
 
 #: rows of the friction pyramid per contact: four facets and the unilateral row
 PYRAMID_ROWS = 5
@@ -110,6 +111,29 @@ class ContactSet:
             self.J[i] = self._J6[:3]
             self.drift[i] = pin.getFrameClassicalAcceleration(pm, data, fid, lwa).linear
             self.position[i] = data.oMf[fid].translation
+
+    def fill_friction_rows(self, C: np.ndarray, lo: np.ndarray, hi: np.ndarray, *,
+                           unilateral_only: bool = False) -> None:
+        """Write lo ≤ C f ≤ hi rows for the stacked forces f of all contacts (3k columns).
+
+        Rows 5i..5i+4 hold the pyramid of active contact i (only n·f ≥ 0 with
+        ``unilateral_only``, i.e. infinite friction) and pin f_i = 0 for inactive ones.
+        Not per tick: call it when the active set changes.
+        """
+        C[:] = 0.0
+        for i in range(self.size):
+            r, c = PYRAMID_ROWS * i, 3 * i
+            if self.active[i] and unilateral_only:
+                C[r + 4, c:c + 3] = self.friction_rows[i, 4]
+                lo[r:r + 5], hi[r:r + 5] = -INF, INF
+                hi[r + 4] = 0.0
+            elif self.active[i]:
+                C[r:r + 5, c:c + 3] = self.friction_rows[i]
+                lo[r:r + 5], hi[r:r + 5] = -INF, 0.0
+            else:
+                C[r:r + 3, c:c + 3] = np.identity(3)
+                lo[r:r + 3], hi[r:r + 3] = 0.0, 0.0
+                lo[r + 3:r + 5], hi[r + 3:r + 5] = -INF, INF
 
     def frame_names(self) -> tuple[str, ...]:
         """Names of the active contacts in result order."""

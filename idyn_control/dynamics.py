@@ -27,6 +27,7 @@ class DynamicsTerms:
         self.q = np.zeros(model.nq)
         self.v = np.zeros(nv)
         self._zero_a = np.zeros(nv)
+        self._lower = np.tril_indices(nv, -1)
 
     def update(self, q: np.ndarray, v: np.ndarray) -> None:
         """Compute M, h, joint Jacobians and frame kinematics at (q, v)."""
@@ -36,8 +37,7 @@ class DynamicsTerms:
         pin.computeAllTerms(pm, data, self.q, self.v)
         # computeAllTerms fills the upper triangle only
         self.M[:] = data.M
-        il = np.tril_indices_from(self.M, -1)
-        self.M[il] = self.M.T[il]
+        self.M[self._lower] = self.M.T[self._lower]
         self.h[:] = data.nle
         # zero-acceleration pass: frame classical accelerations are then the drift J̇v
         pin.forwardKinematics(pm, data, self.q, self.v, self._zero_a)

@@ -8,6 +8,7 @@ done here once for all of them.
 
 from __future__ import annotations
 
+import math
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -99,6 +100,8 @@ class Formulation(ABC):
         self.forces = np.zeros((self.contacts.size, 3))  # per configured contact
         self.qdd_des = np.zeros(nv)
         self._q = np.zeros(model.nq)
+        self._last_active: tuple | None = None  # contact names of the previous solve
+        self._last_names: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ public API
     def solve(self, q, v, qdd_des, active_contacts: Sequence[str] = (), *,
@@ -119,11 +122,16 @@ class Formulation(ABC):
         v = check_vector("v", v, m.nv)
         self.qdd_des[:] = check_vector("qdd_des", qdd_des, m.nv)
         if m.floating_base:
-            norm = np.linalg.norm(self._q[3:7])
+            quat = self._q[3:7]
+            norm = math.sqrt(quat @ quat)
             if norm < 1e-9:
-                raise NonFiniteError("q (base quaternion norm)", [3, 4, 5, 6])
-            self._q[3:7] /= norm
-        self.contacts.set_active(active_contacts)
+                raise ConfigError("q[3:7]", quat.tolist(), "base quaternion has zero norm")
+            quat /= norm
+        active_contacts = tuple(active_contacts)
+        if active_contacts != self._last_active:
+            self.contacts.set_active(active_contacts)
+            self._last_active = active_contacts
+            self._last_names = self.contacts.frame_names()
         self.contacts.phi[:] = 0.0
         if phi is not None:
             phi = check_vector("phi", phi, self.contacts.n_active)
@@ -137,7 +145,7 @@ class Formulation(ABC):
             tau=self.tau.copy(),
             qdd=self.qdd.copy(),
             forces=self.forces[order].copy(),
-            contact_frames=self.contacts.frame_names(),
+            contact_frames=self._last_names,
             status=status,
             iterations=int(iterations),
             solve_time_s=float(solve_time),

@@ -1,0 +1,204 @@
+"""``qp_coulomb`` and ``qp_noslip``: convex inverse dynamics without normal complementarity.
+
+Seed 000 §6, ID(t_i)QP,μ and ID(t_i)QP,∞ — the paper's recommended controller.
+
+Velocity level (seed 000 §3): v⁺ = v + Δt q̈. The joints follow q̈_des exactly; the base
+is unactuated, so its rows of the dynamics give its acceleration as an affine function
+of the contact forces f (world frame, stacked)::
+
+    q̈_b = Z f + p,   Z = A⁻¹ J_bᵀ,   p = −A⁻¹ (h_b + B q̈_j)       (seed 000 eq. 88–94)
+
+with M = [A B; Bᵀ C]. **Stage I** dissipates kinetic energy maximally (eq. 69–78)::
+
+    min_f ½ v⁺ᵀ M v⁺   s.t.  n_iᵀ J_i v⁺ ≥ −φ_i/Δt (non-penetration, Baumgarte §3.2),
+                              f_i in the friction pyramid (μ; only n·f ≥ 0 for ∞)
+
+Its Hessian J_b A⁻¹ J_bᵀ has rank ≤ 6, so with more than two feet the forces are
+indeterminate (seed 000 §2.4) and a solver may cycle between equally optimal ones:
+torque chatter (Fig. 6). **Stage II** (eq. 102–112) picks, inside the optimal set, the
+forces with minimum-norm joint torques. Because the cost is strictly convex in v_b⁺,
+the optimal set is exactly {f feasible : J_bᵀ f = J_bᵀ f₀}; Stage II is therefore the
+QP min ½‖τ(f)‖² over that set — equivalent to the paper's nullspace construction
+(eq. 104–108) without computing the nullspace. Torque limits are added in Stage II when
+they can be met; otherwise Stage II is solved without them (reported in the status).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.linalg import lapack
+
+from ..contacts import PYRAMID_ROWS
+from ..qp import INF, SOLVED, QpSolver
+from .base import Formulation
+
+#: relative Tikhonov term of Stage II; only breaks ties between equal-torque forces
+STAGE2_TIKHONOV = 1e-9
+
+
+class _QpContact(Formulation):
+    """Shared two-stage machinery; subclasses choose the friction model."""
+
+    infinite_friction = False
+    respects_friction = True
+    defaults = {
+        "stage2": True,          # run Stage II (minimum-norm torques in the optimal set)
+        "torque_limits": True,   # add |τ| ≤ τ_max to Stage II when feasible
+        "solver": "proxqp",      # QP backend; "proxqp" is persistent and warm-started
+        "warm_start": True,      # warm-start ProxQP from the previous tick
+        "eps_abs": 1e-8,         # QP accuracy (absolute, on forces [N] and constraint rows)
+    }
+
+    def __init__(self, model, *, dt=1e-3, **options):
+        super().__init__(model, dt=dt, **options)
+        k, nv, nb = self.contacts.size, model.nv, model.n_base
+        n = 3 * k
+        o = self.options
+        qp_args = dict(solver=o["solver"], warm_start=o["warm_start"], eps_abs=o["eps_abs"])
+        # Stage I: pyramid rows + one non-penetration row per contact
+        self.stage1 = QpSolver(n, 0, (PYRAMID_ROWS + 1) * k, **qp_args)
+        # Stage II: same base wrench (6 rows), pyramid rows, torque limits
+        self.stage2 = QpSolver(n, nb, PYRAMID_ROWS * k + model.na, **qp_args)
+        self.stage2_limited = True  # whether the last Stage II included torque limits
+        self.stage2_failures = 0    # ticks where Stage II failed and Stage I forces were used
+        self._J = np.zeros((n, nv))
+        self._f = np.zeros(n)
+        self._friction_mask = None  # active set the friction blocks were built for
+        self._rhs = np.zeros((nb, n + 2))
+
+    def reset(self):
+        self.stage1.reset()
+        self.stage2.reset()
+        self._friction_mask = None
+
+    def _refresh_friction(self) -> None:
+        """Rebuild the friction blocks of both stages only when the active set changed."""
+        cs = self.contacts
+        if self._friction_mask is not None and np.array_equal(self._friction_mask, cs.active):
+            return
+        n_rows = PYRAMID_ROWS * cs.size
+        for qp in (self.stage1, self.stage2):
+            cs.fill_friction_rows(qp.C[:n_rows], qp.l[:n_rows], qp.u[:n_rows],
+                                  unilateral_only=self.infinite_friction)
+        self._friction_mask = cs.active.copy()
+
+    def _compute(self):
+        m, cs, dt = self.model, self.contacts, self.dt
+        M, h = self.terms.M, self.terms.h
+        nb, k = m.n_base, cs.size
+        J = self._J
+        J[:] = cs.J.reshape(3 * k, m.nv)
+        qdd = self.qdd
+        qdd[:] = self.qdd_des
+        v = self.terms.v
+        iterations, solve_time, status = 0, 0.0, SOLVED
+        self._refresh_friction()
+
+        if nb and cs.n_active:
+            B = M[:nb, nb:]
+            Jb = J[:, :nb]
+            vq_plus = v[nb:] + dt * qdd[nb:]
+            # one Cholesky solve with A for Z = A⁻¹J_bᵀ, A⁻¹(h_b + B q̈_j), A⁻¹B v_q⁺
+            rhs = self._rhs
+            rhs[:, :3 * k] = Jb.T
+            rhs[:, 3 * k] = h[:nb] + B @ qdd[nb:]
+            rhs[:, 3 * k + 1] = B @ vq_plus
+            chol, _ = lapack.dpotrf(M[:nb, :nb], lower=True)
+            sol, _ = lapack.dpotrs(chol, rhs, lower=True)
+            Z = sol[:, :3 * k]                                # q̈_b = Z f + p
+            p = -sol[:, 3 * k]
+            # Stage I: ½ v⁺ᵀ M v⁺ as a function of f, scaled by 1/Δt²
+            s1 = self.stage1
+            np.matmul(Jb, Z, out=s1.H)
+            s1.g[:] = Jb @ (v[:nb] + dt * p + sol[:, 3 * k + 1]) / dt
+            # non-penetration: n_iᵀ J_i v⁺ ≥ −φ_i/Δt with v⁺ = v + Δt q̈, q̈_b = Z f + p
+            N = np.einsum("ij,ijk->ik", cs.basis[:, 2], cs.J)  # (k, nv) normal rows
+            rows = slice(PYRAMID_ROWS * k, (PYRAMID_ROWS + 1) * k)
+            np.matmul(N[:, :nb], Z, out=s1.C[rows])
+            s1.l[rows] = -cs.phi / dt**2 - N @ v / dt - N[:, :nb] @ p - N[:, nb:] @ qdd[nb:]
+            s1.C[rows][~cs.active] = 0.0
+            s1.l[rows][~cs.active] = -INF
+            out = s1.solve()
+            iterations += out.iterations
+            solve_time += out.solve_time_s
+            status = out.status
+            if not out.ok:
+                # prescribed joint motion drives a foot into the ground faster than the
+                # base can yield: drop non-penetration, keep friction (always feasible)
+                s1.C[rows] = 0.0
+                s1.l[rows] = -INF
+                relaxed = s1.solve()
+                iterations += relaxed.iterations
+                solve_time += relaxed.solve_time_s
+                out = relaxed if relaxed.ok else out
+            if out.ok:
+                self._f[:] = out.x
+            else:  # no usable forces: predict none (free fall), which is always safe
+                self._f[:] = 0.0
+            qdd[:nb] = Z @ self._f + p
+            if self.options["stage2"] and out.ok:
+                it, t = self._stage2(Jb)
+                iterations += it
+                solve_time += t
+        elif nb:  # floating and no contact: free flight
+            qdd[:nb] = np.linalg.solve(M[:nb, :nb], -(M[:nb, nb:] @ qdd[nb:] + h[:nb]))
+            self._f[:] = 0.0
+        else:  # fixed base: contacts cannot change the motion; Stage II only
+            self._f[:] = 0.0
+            if cs.n_active and self.options["stage2"]:
+                iterations, solve_time = self._stage2(J[:, :0])
+
+        f_active = self._f.reshape(k, 3)[cs.order].reshape(-1)
+        self.set_forces(f_active)
+        self.torque_from_dynamics(qdd, f_active)
+        return status, iterations, solve_time
+
+    def _stage2(self, Jb: np.ndarray) -> tuple[int, float]:
+        """min ½‖τ(f)‖² keeping the Stage I base wrench (hence v⁺ and the cost).
+
+        When it fails the Stage I forces stand (they are valid, only not torque-minimal);
+        ``stage2_failures`` counts such ticks.
+        """
+        m, s2 = self.model, self.stage2
+        nb, k = m.n_base, self.contacts.size
+        M, h, J = self.terms.M, self.terms.h, self._J
+        tau0 = M[nb:] @ self.qdd + h[nb:]      # τ(f) = τ0 − J_jᵀ f, base motion fixed
+        Jj = J[:, nb:]
+        np.matmul(Jj, Jj.T, out=s2.H)
+        # tie-break among equal-torque forces (e.g. along a straight leg): minimum norm
+        np.einsum("ii->i", s2.H)[:] += STAGE2_TIKHONOV * max(1.0, np.trace(s2.H))
+        s2.g[:] = -Jj @ tau0
+        if nb:
+            s2.A[:] = Jb.T
+            s2.b[:] = Jb.T @ self._f
+        rows = slice(PYRAMID_ROWS * k, PYRAMID_ROWS * k + m.na)
+        s2.C[rows] = -Jj.T
+        # limits only when Stage I's own torques meet them: then the set is non-empty
+        tau1 = tau0 - Jj.T @ self._f
+        limited = self.options["torque_limits"] and bool(np.all(np.abs(tau1) <= m.tau_max))
+        if limited:
+            np.subtract(-m.tau_max, tau0, out=s2.l[rows])
+            np.subtract(m.tau_max, tau0, out=s2.u[rows])
+        else:
+            s2.l[rows], s2.u[rows] = -INF, INF
+        self.stage2_limited = limited
+        out = s2.solve(x0=self._f)  # Stage I's forces are feasible: start there
+        if out.ok:
+            self._f[:] = out.x
+        else:
+            self.stage2_failures += 1
+        return out.iterations, out.solve_time_s
+
+
+class QpCoulomb(_QpContact):
+    """ID(t_i)QP,μ: Coulomb friction pyramid (seed 000 §6)."""
+
+    name = "qp_coulomb"
+
+
+class QpNoSlip(_QpContact):
+    """ID(t_i)QP,∞: infinite friction, only n·f ≥ 0 (seed 000 §6)."""
+
+    name = "qp_noslip"
+    infinite_friction = True
+    respects_friction = False

@@ -1,0 +1,180 @@
+"""``wbc_qp``: task-space whole-body QP over (q̈, f), what TSID/PlaCo users expect.
+
+One QP per tick, variables x = (q̈ [nv], f [3k], world frame)::
+
+    min  Σ_t w_t ‖J_t q̈ + J̇_t v − a_t‖²          (tasks: CoM, frames)
+       + w_base ‖q̈_b − q̈_des,b‖² + w_posture ‖q̈_j − q̈_des,j‖²
+       + w_force ‖f / m‖²                           (unique force distribution; m = robot mass)
+    s.t. M_b q̈ + h_b = J_bᵀ f                       (unactuated base rows)
+         J_i q̈ + J̇_i v = −k_c J_i v                 (active contacts hold; k_c damps drift)
+         f_i in the friction pyramid, f_i = 0 when inactive
+         −τ_max ≤ M_j q̈ + h_j − J_jᵀ f ≤ τ_max        (torque limits)
+
+τ = M_j q̈ + h_j − J_jᵀ f is recovered from the joint rows, so the dynamics hold exactly
+with the returned q̈ and f. The QP has a fixed size for all configured contacts, so the
+persistent ProxQP keeps its warm start across contact switches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pinocchio as pin
+
+from ..contacts import PYRAMID_ROWS
+from ..errors import ConfigError, UnknownNameError
+from ..qp import QpSolver
+from .base import Formulation
+
+
+@dataclass
+class Task:
+    """A 3-D acceleration task: ``J q̈ + drift → target`` with weight ``weight``."""
+
+    name: str
+    frame_id: int  # -1 for the centre of mass
+    weight: float
+    J: np.ndarray
+    drift: np.ndarray
+    target: np.ndarray  # desired acceleration, world frame [m/s²]
+
+
+class WbcQp(Formulation):
+    name = "wbc_qp"
+    respects_torque_limits = True
+    respects_friction = True
+    defaults = {
+        "w_base": 1.0,        # weight of the base acceleration task (q̈_des[:6])
+        "w_posture": 1e-2,    # weight of the joint acceleration task (q̈_des[6:])
+        "w_force": 1e-5,      # regularization of f/m [per (m/s²)²]: selects one distribution
+        "contact_gain": 0.0,  # k_c [1/s]: damps contact-point velocity drift
+        "solver": "proxqp",
+        "warm_start": True,
+        "eps_abs": 1e-8,
+    }
+
+    def __init__(self, model, *, dt=1e-3, **options):
+        super().__init__(model, dt=dt, **options)
+        for key in ("w_base", "w_posture", "w_force", "contact_gain"):
+            value = self.options[key]
+            if not np.isfinite(value) or value < 0.0:
+                raise ConfigError(key, value, "must be finite and ≥ 0")
+        nv, nb, na, k = model.nv, model.n_base, model.na, self.contacts.size
+        self.nx = nv + 3 * k
+        o = self.options
+        self.qp = QpSolver(self.nx, nb + 3 * k, PYRAMID_ROWS * k + na,
+                           solver=o["solver"], warm_start=o["warm_start"], eps_abs=o["eps_abs"])
+        self.tasks: dict[str, Task] = {}
+        self._friction_mask = None
+        self._J6 = np.zeros((6, nv))
+        self._zero = np.zeros(nv)
+        self._mass = pin.computeTotalMass(model.pin_model)
+
+    # ------------------------------------------------------------------ tasks
+    def add_com_task(self, weight: float, name: str = "com") -> Task:
+        """Track a centre-of-mass acceleration [m/s²], world frame."""
+        return self._add_task(name, -1, weight)
+
+    def add_frame_task(self, frame: str, weight: float, name: str | None = None) -> Task:
+        """Track the linear acceleration of a frame's origin [m/s²], world frame."""
+        pm = self.model.pin_model
+        if not pm.existFrame(frame):
+            raise UnknownNameError("frame", frame, [f.name for f in pm.frames])
+        return self._add_task(name or frame, pm.getFrameId(frame), weight)
+
+    def _add_task(self, name: str, frame_id: int, weight: float) -> Task:
+        if not np.isfinite(weight) or weight < 0.0:
+            raise ConfigError(f"tasks.{name}.weight", weight, "must be finite and ≥ 0")
+        task = Task(name, frame_id, float(weight), np.zeros((3, self.model.nv)), np.zeros(3), np.zeros(3))
+        self.tasks[name] = task
+        return task
+
+    def set_task_target(self, name: str, acceleration) -> None:
+        """Desired acceleration of task ``name`` [m/s²], world frame."""
+        try:
+            task = self.tasks[name]
+        except KeyError:
+            raise UnknownNameError("task", name, self.tasks) from None
+        task.target[:] = acceleration
+
+    def set_task_weight(self, name: str, weight: float) -> None:
+        if name not in self.tasks:
+            raise UnknownNameError("task", name, self.tasks)
+        if not np.isfinite(weight) or weight < 0.0:
+            raise ConfigError(f"tasks.{name}.weight", weight, "must be finite and ≥ 0")
+        self.tasks[name].weight = float(weight)
+
+    def reset(self):
+        self.qp.reset()
+        self._friction_mask = None
+
+    # ------------------------------------------------------------------ tick
+    def _update_tasks(self) -> None:
+        pm, data = self.model.pin_model, self.terms.data
+        lwa = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
+        for task in self.tasks.values():
+            if task.frame_id < 0:
+                # data holds the zero-acceleration pass: acom is the CoM drift
+                pin.centerOfMass(pm, data, self.terms.q, self.terms.v, self._zero)
+                task.J[:] = pin.jacobianCenterOfMass(pm, data, self.terms.q, False)
+                task.drift[:] = data.acom[0]
+            else:
+                self._J6[:] = pin.getFrameJacobian(pm, data, task.frame_id, lwa)
+                task.J[:] = self._J6[:3]
+                task.drift[:] = pin.getFrameClassicalAcceleration(pm, data, task.frame_id, lwa).linear
+
+    def _compute(self):
+        m, cs, qp = self.model, self.contacts, self.qp
+        M, h, v = self.terms.M, self.terms.h, self.terms.v
+        nv, nb, k = m.nv, m.n_base, cs.size
+        o = self.options
+        self._update_tasks()
+
+        # cost
+        H, g = qp.H, qp.g
+        H[:] = 0.0
+        g[:] = 0.0
+        diag = np.einsum("ii->i", H)  # writable view of the diagonal
+        diag[:nb] = o["w_base"]
+        diag[nb:nv] = o["w_posture"]
+        diag[nv:] = o["w_force"] / self._mass**2
+        g[:nv] = -diag[:nv] * self.qdd_des
+        for task in self.tasks.values():
+            if task.weight == 0.0:
+                continue
+            H[:nv, :nv] += task.weight * (task.J.T @ task.J)
+            g[:nv] -= task.weight * (task.J.T @ (task.target - task.drift))
+
+        # equalities: base rows, then 3 rows per contact
+        A, b = qp.A, qp.b
+        J_all = cs.J.reshape(3 * k, nv)
+        if nb:
+            A[:nb, :nv] = M[:nb]
+            A[:nb, nv:] = -J_all[:, :nb].T
+            b[:nb] = -h[:nb]
+        rows = slice(nb, nb + 3 * k)
+        A[rows, :nv] = J_all
+        b[rows] = -cs.drift.reshape(-1) - o["contact_gain"] * (J_all @ v)
+        inactive = np.repeat(~cs.active, 3)
+        A[rows][inactive] = 0.0
+        b[rows][inactive] = 0.0
+
+        # inequalities: friction (rebuilt on contact switches), torque limits
+        n_fr = PYRAMID_ROWS * k
+        if self._friction_mask is None or not np.array_equal(self._friction_mask, cs.active):
+            cs.fill_friction_rows(qp.C[:n_fr, nv:], qp.l[:n_fr], qp.u[:n_fr])
+            self._friction_mask = cs.active.copy()
+        lim = slice(n_fr, n_fr + m.na)
+        qp.C[lim, :nv] = M[nb:]
+        qp.C[lim, nv:] = -J_all[:, nb:].T
+        np.subtract(-m.tau_max, h[nb:], out=qp.l[lim])
+        np.subtract(m.tau_max, h[nb:], out=qp.u[lim])
+
+        out = qp.solve()
+        self.qdd[:] = out.x[:nv]
+        f_all = out.x[nv:].reshape(k, 3)
+        f_active = f_all[cs.order].reshape(-1)
+        self.set_forces(f_active)
+        self.torque_from_dynamics(self.qdd, f_active)
+        return out.status, out.iterations, out.solve_time_s

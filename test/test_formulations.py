@@ -1,0 +1,186 @@
+"""Physics invariants of every formulation on real robots (DESIGN.md §2)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pinocchio as pin
+import pytest
+
+from idyn_control import formulations, robots
+from idyn_control.errors import ConfigError, NonFiniteError, ShapeError, UnknownNameError
+
+from conftest import ALL_ROBOTS, FLOATING, FIXED, random_state
+
+# formulations whose inputs are not just (q, v, q̈_des) are covered in their own files
+SPECIAL = {"sensed", "pidc_qp", "pidc_qp_howsm", "pidcwcu"}
+NAMES = tuple(n for n in formulations.names() if n not in SPECIAL)
+RESIDUAL_TOL = 1e-6
+
+
+def grounded(name, model):
+    """Standing configuration with the lowest foot exactly on z = 0."""
+    q = robots.standing_configuration(model, name)
+    f = formulations.make("rnea", model)
+    f.solve(q, np.zeros(model.nv), np.zeros(model.nv), model.contact_frames)
+    q[2] -= f.contacts.position[:, 2].min()
+    return q
+
+
+def check_friction(f, result, tol=1e-6):
+    for frame, force in zip(result.contact_frames, result.forces):
+        rows = f.contacts.friction_rows[f.model.contact_index(frame)]
+        scale = max(1.0, float(np.linalg.norm(force)))
+        assert (rows @ force).max() <= tol * scale, (frame, force)
+
+
+@pytest.mark.parametrize("robot", ALL_ROBOTS)
+@pytest.mark.parametrize("name", NAMES)
+def test_dynamics_residual_random_states(name, robot, load_robot, rng):
+    model = load_robot(robot)
+    f = formulations.make(name, model)
+    for _ in range(3):
+        q, v, a = random_state(model, rng)
+        result = f.solve(q, v, a, model.contact_frames)
+        assert np.isfinite(result.tau).all() and np.isfinite(result.forces).all()
+        assert f.dynamics_residual(result) <= RESIDUAL_TOL
+        assert result.qdd.shape == (model.nv,) and result.tau.shape == (model.na,)
+        assert result.forces.shape == (len(model.contact_frames), 3)
+        assert result.contact_frames == model.contact_frames
+
+
+@pytest.mark.parametrize("robot", FLOATING)
+@pytest.mark.parametrize("name", NAMES)
+def test_standing_balances_weight(name, robot, load_robot):
+    """Standing still on four feet: forces carry the weight, the base does not move."""
+    model = load_robot(robot)
+    f = formulations.make(name, model)
+    q = grounded(robot, model)
+    zero = np.zeros(model.nv)
+    result = f.solve(q, zero, zero, model.contact_frames)
+    assert result.ok
+    assert f.dynamics_residual(result) <= RESIDUAL_TOL
+    if f.predicts_forces:
+        weight = pin.computeTotalMass(model.pin_model) * 9.81
+        assert result.forces[:, 2].sum() == pytest.approx(weight, rel=1e-3)
+        assert np.abs(result.qdd[:6]).max() <= 1e-3
+
+
+@pytest.mark.parametrize("robot", FLOATING)
+@pytest.mark.parametrize("name", [n for n in NAMES if formulations.get(n).respects_friction])
+def test_friction_pyramid_and_unilateral(name, robot, load_robot, rng):
+    model = load_robot(robot)
+    f = formulations.make(name, model)
+    states = [(grounded(robot, model), np.zeros(model.nv), np.zeros(model.nv))]
+    states += [random_state(model, rng) for _ in range(3)]
+    for q, v, a in states:
+        result = f.solve(q, v, a, model.contact_frames)
+        check_friction(f, result)
+        normals = np.einsum("ij,ij->i", result.forces, f.contacts.basis[:, 2])
+        assert (normals >= -1e-6 * max(1.0, np.abs(normals).max())).all()
+
+
+@pytest.mark.parametrize("robot", ALL_ROBOTS)
+@pytest.mark.parametrize("name", [n for n in NAMES if formulations.get(n).respects_torque_limits])
+def test_torque_limits(name, robot, load_robot, rng):
+    model = load_robot(robot)
+    f = formulations.make(name, model)
+    for _ in range(3):
+        q, v, a = random_state(model, rng, scale_a=20.0)  # demands beyond the limits
+        result = f.solve(q, v, a, model.contact_frames)
+        if result.ok:
+            assert (np.abs(result.tau) <= model.tau_max * (1 + 1e-6) + 1e-6).all()
+
+
+@pytest.mark.parametrize("robot", FIXED)
+def test_rnea_matches_pinocchio(robot, load_robot, rng):
+    model = load_robot(robot)
+    f = formulations.make("rnea", model)
+    data = model.pin_model.createData()
+    for _ in range(5):
+        q, v, a = random_state(model, rng)
+        result = f.solve(q, v, a)
+        np.testing.assert_allclose(result.tau, pin.rnea(model.pin_model, data, q, v, a), rtol=1e-12, atol=1e-10)
+        np.testing.assert_array_equal(result.qdd, a)
+
+
+@pytest.mark.parametrize("robot", FIXED)
+@pytest.mark.parametrize("name", NAMES)
+def test_fixed_base_without_contact_is_rnea(name, robot, load_robot, rng):
+    """With nothing touching, every model-based formulation reduces to RNEA."""
+    if name == "pid":
+        pytest.skip("pid is model-free")
+    model = load_robot(robot)
+    f = formulations.make(name, model)
+    data = model.pin_model.createData()
+    q, v, a = random_state(model, rng, scale_a=0.5)
+    result = f.solve(q, v, a)
+    expected = pin.rnea(model.pin_model, data, q, v, a)
+    if formulations.get(name).respects_torque_limits and (np.abs(expected) > model.tau_max).any():
+        pytest.skip("demand beyond limits")
+    np.testing.assert_allclose(result.tau, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["qp_coulomb", "wbc_qp"])
+def test_warm_start_needs_fewer_iterations(name, load_robot):
+    """A slowly varying stance: warm-started ProxQP iterates less than cold starts."""
+    model = load_robot("solo12")
+    q0 = grounded("solo12", model)
+    totals = {}
+    for warm in (True, False):
+        f = formulations.make(name, model, warm_start=warm)
+        total = 0
+        for i in range(200):
+            t = i * 1e-3
+            q, v = q0.copy(), np.zeros(model.nv)
+            phase = 2 * np.pi * t + np.arange(model.na)
+            q[model.joint_q_index] += 0.01 * np.sin(phase)
+            v[6:] = 0.02 * np.pi * np.cos(phase)
+            result = f.solve(q, v, np.zeros(model.nv), model.contact_frames)
+            assert result.ok
+            total += result.iterations
+        totals[warm] = total
+    assert totals[True] < totals[False], totals
+
+
+def test_unknown_formulation_lists_valid_names(load_robot):
+    with pytest.raises(UnknownNameError) as err:
+        formulations.make("qp_magic", load_robot("panda"))
+    assert "qp_magic" in str(err.value) and "qp_coulomb" in str(err.value)
+
+
+def test_unknown_option_is_rejected(load_robot):
+    with pytest.raises(ConfigError, match="stage3"):
+        formulations.make("qp_coulomb", load_robot("solo12"), stage3=True)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bad_inputs_raise_clear_errors(name, load_robot):
+    model = load_robot("solo12")
+    f = formulations.make(name, model)
+    q, v, a = model.neutral(), np.zeros(model.nv), np.zeros(model.nv)
+    with pytest.raises(ShapeError, match=r"q has shape \(18,\)"):
+        f.solve(q[:-1], v, a)
+    with pytest.raises(ShapeError, match="qdd_des"):
+        f.solve(q, v, a[:3])
+    bad = v.copy()
+    bad[4] = np.nan
+    with pytest.raises(NonFiniteError, match=r"v has non-finite entries at indices \[4\]"):
+        f.solve(q, bad, a)
+    with pytest.raises(UnknownNameError, match="LEFT_HAND"):
+        f.solve(q, v, a, ["FL_FOOT", "LEFT_HAND"])
+    # the formulation still works after rejected inputs
+    assert f.solve(q, v, a, model.contact_frames).ok
+
+
+def test_bad_robot_inputs():
+    from idyn_control import RobotModel
+    from idyn_control.errors import ModelError
+
+    with pytest.raises(ModelError, match="not found"):
+        RobotModel.from_urdf("/nonexistent/robot.urdf")
+    with pytest.raises(ModelError, match="cannot build"):
+        RobotModel.from_urdf("<robot name='x'><link name='a'/><joint name='j' type='revolute'></joint></robot>")
+    with pytest.raises(UnknownNameError, match="NOSE"):
+        robots.load("solo12", contact_frames=("FL_FOOT", "NOSE"))
+    with pytest.raises(ConfigError, match="friction"):
+        robots.load("solo12", friction=-1.0)
