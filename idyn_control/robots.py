@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+import pinocchio as pin
+
 from .errors import ModelError, UnknownNameError
 from .model import RobotModel
 
@@ -61,7 +63,6 @@ class RobotSpec:
     contact_frames: tuple[str, ...] = ()
     effort_limit: float | None = None  # overrides URDF limits that are placeholders [N·m]
     friction: float = 0.7
-    standing_height: float | None = None  # base height when standing [m]
     standing_joints: dict[str, float] = field(default_factory=dict)  # joint name → [rad]
 
     def urdf_path(self) -> Path:
@@ -85,13 +86,11 @@ ROBOTS: dict[str, RobotSpec] = {
         RobotSpec(
             "quadruped", "share:urdf/quadruped.urdf",
             ("LF_FOOT", "RF_FOOT", "LH_FOOT", "RH_FOOT"),
-            standing_height=0.14,
             standing_joints=_legs(("LF", "RF", "LH", "RH"), ("HAA", "HFE", "KFE"), (0.0, 0.7, -1.4)),
         ),
         RobotSpec(
             "solo12", "erd:solo_description/robots/solo12.urdf",
             ("FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT"), effort_limit=2.7,
-            standing_height=0.24,
             standing_joints={
                 **_legs(("FL", "FR"), ("HAA", "HFE", "KFE"), (0.0, 0.8, -1.6)),
                 **_legs(("HL", "HR"), ("HAA", "HFE", "KFE"), (0.0, -0.8, 1.6)),
@@ -100,7 +99,6 @@ ROBOTS: dict[str, RobotSpec] = {
         RobotSpec(
             "anymal_c", "erd:anymal_c_simple_description/urdf/anymal.urdf",
             ("LF_FOOT", "RF_FOOT", "LH_FOOT", "RH_FOOT"),
-            standing_height=0.55,
             standing_joints={
                 **_legs(("LF", "RF"), ("HAA", "HFE", "KFE"), (0.0, 0.6, -1.2)),
                 **_legs(("LH", "RH"), ("HAA", "HFE", "KFE"), (0.0, -0.6, 1.2)),
@@ -109,7 +107,6 @@ ROBOTS: dict[str, RobotSpec] = {
         RobotSpec(
             "go2", "erd:go2_description/urdf/go2.urdf",
             ("FL_foot", "FR_foot", "RL_foot", "RR_foot"),
-            standing_height=0.30,
             standing_joints=_legs(("FL", "FR", "RL", "RR"), ("hip_joint", "thigh_joint", "calf_joint"),
                                   (0.0, 0.8, -1.6)),
         ),
@@ -144,12 +141,18 @@ def load(name: str, *, friction: float | None = None, contact_frames=None) -> Ro
     )
 
 
-def standing_configuration(model: RobotModel, name: str):
-    """A standing configuration of a known legged robot (joints from the spec)."""
+def standing_configuration(model: RobotModel, name: str, *, foot_height: float = 0.0):
+    """A standing configuration of a known robot: joints from the spec and, for a
+    floating base, the base height at which the lowest contact frame is at
+    ``foot_height`` [m] (e.g. the foot sphere radius in a simulator)."""
     s = spec(name)
     q = model.neutral()
     for joint, value in s.standing_joints.items():
         q[model.joint_q_index[model.joint_index(joint)]] = value
-    if model.floating_base and s.standing_height is not None:
-        q[2] = s.standing_height
+    if model.floating_base and model.contact_frame_ids:
+        pm = model.pin_model
+        data = pm.createData()
+        pin.framesForwardKinematics(pm, data, q)
+        lowest = min(data.oMf[i].translation[2] for i in model.contact_frame_ids)
+        q[2] = foot_height - lowest
     return q

@@ -30,14 +30,30 @@ from .base import Formulation
 
 @dataclass
 class Task:
-    """A 3-D acceleration task: ``J q̈ + drift → target`` with weight ``weight``."""
+    """A 3-D point task: ``J q̈ + drift → a_des`` with weight ``weight``.
+
+    a_des = target + kp (position_ref − p) + kd (velocity_ref − ṗ), world frame; with
+    kp = kd = 0 (default) it is the feed-forward acceleration ``target`` alone.
+    """
 
     name: str
     frame_id: int  # -1 for the centre of mass
     weight: float
     J: np.ndarray
     drift: np.ndarray
-    target: np.ndarray  # desired acceleration, world frame [m/s²]
+    target: np.ndarray  # feed-forward acceleration [m/s²]
+    position: np.ndarray  # current position [m]
+    velocity: np.ndarray  # current velocity [m/s]
+    position_ref: np.ndarray
+    velocity_ref: np.ndarray
+    kp: float = 0.0  # [1/s²]
+    kd: float = 0.0  # [1/s]
+
+    def desired_acceleration(self) -> np.ndarray:
+        a = self.target.copy()
+        if self.kp or self.kd:
+            a += self.kp * (self.position_ref - self.position) + self.kd * (self.velocity_ref - self.velocity)
+        return a
 
 
 class WbcQp(Formulation):
@@ -86,17 +102,32 @@ class WbcQp(Formulation):
     def _add_task(self, name: str, frame_id: int, weight: float) -> Task:
         if not np.isfinite(weight) or weight < 0.0:
             raise ConfigError(f"tasks.{name}.weight", weight, "must be finite and ≥ 0")
-        task = Task(name, frame_id, float(weight), np.zeros((3, self.model.nv)), np.zeros(3), np.zeros(3))
+        z = np.zeros
+        task = Task(name, frame_id, float(weight), z((3, self.model.nv)), z(3), z(3), z(3), z(3), z(3), z(3))
         self.tasks[name] = task
         return task
 
-    def set_task_target(self, name: str, acceleration) -> None:
-        """Desired acceleration of task ``name`` [m/s²], world frame."""
+    def _task(self, name: str) -> Task:
         try:
-            task = self.tasks[name]
+            return self.tasks[name]
         except KeyError:
             raise UnknownNameError("task", name, self.tasks) from None
-        task.target[:] = acceleration
+
+    def set_task_target(self, name: str, acceleration) -> None:
+        """Feed-forward acceleration of task ``name`` [m/s²], world frame."""
+        self._task(name).target[:] = acceleration
+
+    def set_task_reference(self, name: str, position, velocity=(0.0, 0.0, 0.0), *,
+                           kp: float | None = None, kd: float | None = None) -> None:
+        """Track ``position`` [m] / ``velocity`` [m/s] (world) with PD gains kp [1/s²], kd [1/s]."""
+        task = self._task(name)
+        task.position_ref[:] = position
+        task.velocity_ref[:] = velocity
+        for key, gain in (("kp", kp), ("kd", kd)):
+            if gain is not None:
+                if not np.isfinite(gain) or gain < 0.0:
+                    raise ConfigError(f"tasks.{name}.{key}", gain, "must be finite and ≥ 0")
+                setattr(task, key, float(gain))
 
     def set_task_weight(self, name: str, weight: float) -> None:
         if name not in self.tasks:
@@ -119,10 +150,14 @@ class WbcQp(Formulation):
                 pin.centerOfMass(pm, data, self.terms.q, self.terms.v, self._zero)
                 task.J[:] = pin.jacobianCenterOfMass(pm, data, self.terms.q, False)
                 task.drift[:] = data.acom[0]
+                task.position[:] = data.com[0]
+                task.velocity[:] = data.vcom[0]
             else:
                 self._J6[:] = pin.getFrameJacobian(pm, data, task.frame_id, lwa)
                 task.J[:] = self._J6[:3]
                 task.drift[:] = pin.getFrameClassicalAcceleration(pm, data, task.frame_id, lwa).linear
+                task.position[:] = data.oMf[task.frame_id].translation
+                task.velocity[:] = task.J @ self.terms.v
 
     def _compute(self):
         m, cs, qp = self.model, self.contacts, self.qp
@@ -144,7 +179,7 @@ class WbcQp(Formulation):
             if task.weight == 0.0:
                 continue
             H[:nv, :nv] += task.weight * (task.J.T @ task.J)
-            g[:nv] -= task.weight * (task.J.T @ (task.target - task.drift))
+            g[:nv] -= task.weight * (task.J.T @ (task.desired_acceleration() - task.drift))
 
         # equalities: base rows, then 3 rows per contact
         A, b = qp.A, qp.b

@@ -1,0 +1,112 @@
+"""``idyn-control``: the command line of the ROS-free core.
+
+    idyn-control solve --robot solo12 --formulation qp_coulomb
+    idyn-control bench --formulations qp_coulomb,wbc_qp --ticks 10000 --json results/bench.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from . import formulations, robots
+from .errors import IdynError
+from .model import RobotModel
+
+
+def _model(args) -> tuple[RobotModel, str | None]:
+    if args.urdf:
+        frames = tuple(f for f in (args.contacts or "").split(",") if f)
+        return RobotModel.from_urdf(args.urdf, contact_frames=frames, friction=args.friction), None
+    return robots.load(args.robot, friction=args.friction), args.robot
+
+
+def cmd_solve(args) -> int:
+    model, robot = _model(args)
+    f = formulations.make(args.formulation, model, dt=args.dt)
+    rng = np.random.default_rng(args.seed)
+    if args.state == "standing" and robot is not None:
+        q = robots.standing_configuration(model, robot)
+        v, qdd = np.zeros(model.nv), np.zeros(model.nv)
+    else:
+        q = model.random_configuration(rng)
+        v, qdd = rng.normal(0, 0.5, model.nv), rng.normal(0, 1.0, model.nv)
+    result = f.solve(q, v, qdd, model.contact_frames)
+    np.set_printoptions(precision=4, suppress=True, linewidth=120)
+    print(f"robot        {model!r}")
+    print(f"formulation  {args.formulation}   status {result.status}   iterations {result.iterations}")
+    print(f"time         solve {result.solve_time_s * 1e6:.1f} µs, tick {result.compute_time_s * 1e6:.1f} µs "
+          "(first call: includes warm-up)")
+    print(f"residual     {f.dynamics_residual(result):.2e}  (‖M q̈ + h − Sᵀτ − Σ Jᵀf‖ relative)")
+    print("tau [N·m]")
+    for name, tau, limit in zip(model.joint_names, result.tau, model.tau_max):
+        print(f"  {name:<24}{tau:>10.4f}   (limit {limit:g})")
+    if result.contact_frames:
+        print("contact forces, world frame [N]")
+        for frame, force in zip(result.contact_frames, result.forces):
+            print(f"  {frame:<24}{force}")
+    print(f"base q̈       {result.qdd[:model.n_base]}" if model.floating_base else "")
+    return 0 if result.ok else 1
+
+
+def cmd_bench(args) -> int:
+    from . import bench
+
+    names = [n for n in args.formulations.split(",") if n]
+    for n in names:
+        formulations.get(n)  # unknown names fail before minutes of benchmarking
+    print(f"benchmark: {args.robot} standing, {args.ticks} ticks per formulation", flush=True)
+    report = bench.run(names, robot=args.robot, ticks=args.ticks, peer=args.peer,
+                       log=lambda m: print(m, flush=True))
+    print(bench.format_report(report))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=2))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="idyn-control", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def robot_args(p):
+        p.add_argument("--robot", default="solo12", choices=robots.names())
+        p.add_argument("--urdf", help="URDF path instead of a known robot")
+        p.add_argument("--contacts", help="comma-separated contact frames (with --urdf)")
+        p.add_argument("--friction", type=float, default=None)
+
+    p = sub.add_parser("solve", help="one inverse-dynamics solve, human-readable")
+    robot_args(p)
+    p.add_argument("--formulation", default="qp_coulomb", help=", ".join(formulations.names()))
+    p.add_argument("--state", choices=("standing", "random"), default="standing")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dt", type=float, default=1e-3)
+    p.set_defaults(func=cmd_solve)
+
+    p = sub.add_parser("bench", help="per-tick compute: p50/p99/p99.9/max, deadline misses, peer ratio")
+    p.add_argument("--robot", default="solo12", choices=robots.names())
+    p.add_argument("--formulations", default="qp_coulomb,wbc_qp")
+    p.add_argument("--ticks", type=int, default=10_000)
+    p.add_argument("--peer", choices=("auto", "on", "off"), default="auto",
+                   help="PlaCo peer: auto = if its venv exists, on = create it (bench/setup_peer.sh)")
+    p.add_argument("--json", help="write the machine-readable report here")
+    p.set_defaults(func=cmd_bench)
+
+    args = parser.parse_args(argv)
+    if getattr(args, "friction", 0) is None:
+        args.friction = 0.7
+    try:
+        return args.func(args)
+    except IdynError as exc:
+        print(f"idyn-control: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
