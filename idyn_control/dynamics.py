@@ -28,6 +28,7 @@ class DynamicsTerms:
         self.v = np.zeros(nv)
         self._zero_a = np.zeros(nv)
         self._lower = np.tril_indices(nv, -1)
+        self._upper_only = not self._mass_matrix_is_full()
 
     def update(self, q: np.ndarray, v: np.ndarray) -> None:
         """Compute M, h, joint Jacobians and frame kinematics at (q, v)."""
@@ -35,13 +36,21 @@ class DynamicsTerms:
         self.q[:] = q
         self.v[:] = v
         pin.computeAllTerms(pm, data, self.q, self.v)
-        # computeAllTerms fills the upper triangle only
         self.M[:] = data.M
-        self.M[self._lower] = self.M.T[self._lower]
+        if self._upper_only:  # older Pinocchio fills the upper triangle only
+            self.M[self._lower] = self.M.T[self._lower]
         self.h[:] = data.nle
         # zero-acceleration pass: frame classical accelerations are then the drift J̇v
         pin.forwardKinematics(pm, data, self.q, self.v, self._zero_a)
         pin.updateFramePlacements(pm, data)
+
+    def _mass_matrix_is_full(self) -> bool:
+        """Whether this Pinocchio fills both triangles of M (4.x does, 2.x/3.x did not)."""
+        pm = self.model.pin_model
+        data = pm.createData()
+        q = pin.randomConfiguration(pm, -np.ones(pm.nq), np.ones(pm.nq))
+        pin.computeAllTerms(pm, data, q, np.zeros(pm.nv))
+        return bool(np.allclose(data.M, data.M.T, atol=0.0, rtol=1e-12)) and bool(np.tril(data.M, -1).any())
 
     def rnea(self, qdd: np.ndarray) -> np.ndarray:
         """M qdd + h at the last (q, v) [N·m], without re-running the recursion."""
