@@ -102,6 +102,8 @@ class Formulation(ABC):
         self._q = np.zeros(model.nq)
         self._last_active: tuple | None = None  # contact names of the previous solve
         self._last_names: tuple[str, ...] = ()
+        self._prepared = False
+        self._t0 = 0.0
 
     # ------------------------------------------------------------------ public API
     def solve(self, q, v, qdd_des, active_contacts: Sequence[str] = (), *,
@@ -116,11 +118,21 @@ class Formulation(ABC):
             active_contacts: names of the contact frames touching now.
             phi: optional signed distances of the active contacts [m] (Baumgarte term).
         """
-        t0 = time.perf_counter()
+        self.prepare(q, v, active_contacts, phi=phi)
+        return self.solve_prepared(qdd_des)
+
+    def prepare(self, q, v, active_contacts: Sequence[str] = (), *,
+                phi: Sequence[float] | None = None) -> None:
+        """First half of :meth:`solve`: validate the state, refresh dynamics and contacts.
+
+        A controller that needs M, h or contact Jacobians to build q̈_des calls this,
+        reads ``terms``/``contacts``, then calls :meth:`solve_prepared`: one Pinocchio
+        pass per tick.
+        """
+        self._t0 = time.perf_counter()
         m = self.model
         self._q[:] = check_vector("q", q, m.nq)
         v = check_vector("v", v, m.nv)
-        self.qdd_des[:] = check_vector("qdd_des", qdd_des, m.nv)
         if m.floating_base:
             quat = self._q[3:7]
             norm = math.sqrt(quat @ quat)
@@ -138,6 +150,14 @@ class Formulation(ABC):
             self.contacts.phi[self.contacts.order] = phi
         self.terms.update(self._q, v)
         self.contacts.update(self.terms)
+        self._prepared = True
+
+    def solve_prepared(self, qdd_des) -> Result:
+        """Second half of :meth:`solve`, at the state given to :meth:`prepare`."""
+        if not self._prepared:
+            raise RuntimeError("solve_prepared() needs prepare() first")
+        self._prepared = False
+        self.qdd_des[:] = check_vector("qdd_des", qdd_des, self.model.nv)
         self.forces[:] = 0.0
         status, iterations, solve_time = self._compute()
         order = self.contacts.order
@@ -149,7 +169,7 @@ class Formulation(ABC):
             status=status,
             iterations=int(iterations),
             solve_time_s=float(solve_time),
-            compute_time_s=time.perf_counter() - t0,
+            compute_time_s=time.perf_counter() - self._t0,
         )
 
     def reset(self) -> None:

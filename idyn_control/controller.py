@@ -1,0 +1,309 @@
+"""The ROS-free controller: references → desired accelerations → formulation → safety.
+
+Layer 5 of DESIGN.md §3. The ROS node and the lock-step simulator both drive this class,
+so the code path from a measured state to a torque command is the same everywhere::
+
+    ctrl = Controller(model, ControllerConfig(formulation="qp_coulomb"))
+    ctrl.reset(q, v)                       # activate: hold the measured posture
+    cmd = ctrl.update(q, v, contact_mask)  # every tick → cmd.tau (Pinocchio joint order)
+
+Desired accelerations come from a small weighted least-squares problem over q̈ (the
+kinematic layer): stance feet keep zero acceleration, swing feet and the base follow
+their references with PD feedback, the posture follows the joint reference. The chosen
+formulation turns q̈_des into torques and contact forces. The safety layer then drops
+non-finite or failed solutions (fallback per config), clamps to the effort limits and
+optionally limits the torque rate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pinocchio as pin
+
+from . import formulations
+from .errors import ConfigError, ShapeError
+from .formulations.base import Result
+from .model import RobotModel
+
+SAFE_OUTPUTS = ("zero", "damping", "gravity", "hold")
+
+
+@dataclass
+class ControllerConfig:
+    """Controller parameters (the YAML's ``controller`` section maps onto these).
+
+    Gains are per joint or scalar; units: kp [1/s²], kd [1/s] (acceleration gains, i.e.
+    the reference dynamics q̈ = kp e + kd ė, independent of the robot's inertia).
+    """
+
+    formulation: str = "qp_coulomb"
+    formulation_options: dict[str, Any] = field(default_factory=dict)
+    dt: float = 1e-3
+    joint_kp: float | Sequence[float] = 400.0
+    joint_kd: float | Sequence[float] = 40.0
+    base_kp: float = 400.0     # base position/orientation [1/s²]
+    base_kd: float = 40.0
+    foot_kp: float = 900.0     # swing-foot tracking [1/s²]
+    foot_kd: float = 60.0
+    stance_weight: float = 100.0   # kinematic layer weights
+    base_weight: float = 10.0
+    swing_weight: float = 10.0
+    posture_weight: float = 1.0
+    damping: float = 1e-6          # Tikhonov term of the kinematic layer
+    safe_output: str = "damping"   # zero | damping | gravity | hold
+    safe_damping: float = 0.5      # N·m·s/rad, for safe_output = damping
+    torque_rate_limit: float = 0.0  # N·m/s per joint, 0 = off
+    effort_limit_scale: float = 1.0  # commanded |τ| ≤ scale · URDF effort limit
+
+    def validate(self) -> None:
+        if self.formulation not in formulations.names():
+            formulations.get(self.formulation)  # raises UnknownNameError listing valid ones
+        if self.safe_output not in SAFE_OUTPUTS:
+            raise ConfigError("safe_output", self.safe_output, f"must be one of {SAFE_OUTPUTS}")
+        if not (np.isfinite(self.dt) and 0.0 < self.dt <= 0.1):
+            raise ConfigError("dt", self.dt, "must be in (0, 0.1] s")
+        for key in ("base_kp", "base_kd", "foot_kp", "foot_kd", "stance_weight", "base_weight",
+                    "swing_weight", "posture_weight", "safe_damping", "torque_rate_limit"):
+            value = getattr(self, key)
+            if not np.isfinite(value) or value < 0.0:
+                raise ConfigError(key, value, "must be finite and ≥ 0")
+        if not (0.0 < self.effort_limit_scale <= 1.0):
+            raise ConfigError("effort_limit_scale", self.effort_limit_scale, "must be in (0, 1]")
+        for key in ("joint_kp", "joint_kd"):
+            value = np.asarray(getattr(self, key), dtype=float)
+            if not np.isfinite(value).all() or (value < 0).any():
+                raise ConfigError(key, getattr(self, key), "must be finite and ≥ 0")
+
+
+@dataclass(frozen=True)
+class Command:
+    """One controller output.
+
+    Attributes:
+        tau: torque command [N·m], Pinocchio joint order, finite and within limits.
+        result: the formulation's result (None when the formulation was not run).
+        source: "formulation", or the safe output used instead ("zero", "damping", ...).
+        saturated: number of joints clamped to their effort limit this tick.
+    """
+
+    tau: np.ndarray
+    result: Result | None
+    source: str
+    saturated: int
+
+
+class Controller:
+    """References, kinematic layer, formulation and safety for one robot."""
+
+    def __init__(self, model: RobotModel, config: ControllerConfig | None = None):
+        self.model = model
+        self.config = config or ControllerConfig()
+        self.config.validate()
+        c = self.config
+        self.formulation = formulations.make(c.formulation, model, dt=c.dt, **c.formulation_options)
+        nv, na, k = model.nv, model.na, len(model.contacts)
+        self.tau_limit = model.tau_max * c.effort_limit_scale
+        self.joint_kp = np.broadcast_to(np.asarray(c.joint_kp, dtype=float), (na,)).copy()
+        self.joint_kd = np.broadcast_to(np.asarray(c.joint_kd, dtype=float), (na,)).copy()
+        # references (world frame for the base and feet)
+        self.q_ref = model.neutral()[model.joint_q_index].copy()
+        self.v_ref = np.zeros(na)
+        self.a_ref = np.zeros(na)
+        self.base_position_ref = np.zeros(3)
+        self.base_rotation_ref = np.eye(3)
+        self.base_velocity_ref = np.zeros(3)   # world [m/s]
+        self.base_angular_ref = np.zeros(3)    # world [rad/s]
+        self.foot_position_ref = np.zeros((k, 3))
+        self.foot_velocity_ref = np.zeros((k, 3))
+        self.foot_acceleration_ref = np.zeros((k, 3))
+        self.swing = np.zeros(k, dtype=bool)   # feet that follow foot references
+        # kinematic layer buffers
+        rows = 6 + 3 * k + na
+        self._A = np.zeros((rows, nv))
+        self._b = np.zeros(rows)
+        self._w = np.zeros(rows)
+        self.qdd_des = np.zeros(nv)
+        self._tau_prev = np.zeros(na)
+        self._gravity = None  # lazily built fallback formulation
+        self._J6 = np.zeros((6, nv))
+        self.counters = {"fallback": 0, "saturated_ticks": 0, "nonfinite_solution": 0, "failed_solve": 0}
+        self.last_source = "none"
+
+    # ------------------------------------------------------------------ references
+    def reset(self, q: np.ndarray, v: np.ndarray) -> None:
+        """Take the measured state as the reference (lifecycle activate)."""
+        m = self.model
+        self.q_ref[:] = q[m.joint_q_index]
+        self.v_ref[:] = 0.0
+        self.a_ref[:] = 0.0
+        if m.floating_base:
+            self.base_position_ref[:] = q[:3]
+            self.base_rotation_ref[:] = pin.Quaternion(q[6], q[3], q[4], q[5]).toRotationMatrix()
+        self.base_velocity_ref[:] = 0.0
+        self.base_angular_ref[:] = 0.0
+        self.swing[:] = False
+        self.formulation.reset()
+        self._tau_prev[:] = 0.0
+
+    def set_joint_reference(self, q_ref, v_ref=None, a_ref=None) -> None:
+        """Joint position [rad], velocity [rad/s], acceleration [rad/s²] references."""
+        na = self.model.na
+        for name, value, target in (("q_ref", q_ref, self.q_ref), ("v_ref", v_ref, self.v_ref),
+                                    ("a_ref", a_ref, self.a_ref)):
+            if value is None:
+                if target is not self.q_ref:
+                    target[:] = 0.0
+                continue
+            arr = np.asarray(value, dtype=float)
+            if arr.shape != (na,):
+                raise ShapeError(name, arr.shape, (na,))
+            target[:] = arr
+
+    def set_base_reference(self, position, rotation=None, velocity=(0, 0, 0), angular=(0, 0, 0)) -> None:
+        """Base pose (world position [m], rotation matrix) and world twist references."""
+        self.base_position_ref[:] = position
+        if rotation is not None:
+            self.base_rotation_ref[:] = rotation
+        self.base_velocity_ref[:] = velocity
+        self.base_angular_ref[:] = angular
+
+    def set_foot_reference(self, index: int, position, velocity=(0, 0, 0), acceleration=(0, 0, 0),
+                           swing: bool = True) -> None:
+        """World-frame reference of contact frame ``index`` while it swings."""
+        self.foot_position_ref[index] = position
+        self.foot_velocity_ref[index] = velocity
+        self.foot_acceleration_ref[index] = acceleration
+        self.swing[index] = swing
+
+    def set_gains(self, **gains: Any) -> None:
+        """Change gains/weights at run time (validated; effective next tick)."""
+        trial = ControllerConfig(**{**self.config.__dict__, **gains})
+        trial.validate()
+        self.config = trial
+        na = self.model.na
+        self.joint_kp[:] = np.broadcast_to(np.asarray(trial.joint_kp, dtype=float), (na,))
+        self.joint_kd[:] = np.broadcast_to(np.asarray(trial.joint_kd, dtype=float), (na,))
+        self.tau_limit[:] = self.model.tau_max * trial.effort_limit_scale
+
+    # ------------------------------------------------------------------ tick
+    def desired_acceleration(self, q: np.ndarray, v: np.ndarray, contact_mask: np.ndarray) -> np.ndarray:
+        """q̈_des from the references (kinematic layer).
+
+        Reads the formulation's ``terms``/``contacts``, which must be prepared for
+        (q, v) — :meth:`update` does that.
+        """
+        m, c = self.model, self.config
+        f = self.formulation
+        nv, nb, na = m.nv, m.n_base, m.na
+        joints = m.joint_q_index
+        qdd = self.qdd_des
+        a_joint = self.a_ref + self.joint_kp * (self.q_ref - q[joints]) + self.joint_kd * (self.v_ref - v[nb:])
+        if not m.floating_base:
+            qdd[:] = a_joint
+            return qdd
+        A, b, w = self._A, self._b, self._w
+        A[:] = 0.0
+        b[:] = 0.0
+        w[:] = 0.0
+        # base: PD on pose in the world frame, expressed as the free-flyer's local
+        # spatial acceleration (linear part: Rᵀ p̈ − ω × v)
+        R = pin.Quaternion(q[6], q[3], q[4], q[5]).toRotationMatrix()
+        v_lin, w_ang = v[:3], v[3:6]
+        p_dd = c.base_kp * (self.base_position_ref - q[:3]) + c.base_kd * (self.base_velocity_ref - R @ v_lin)
+        rot_err = pin.log3(self.base_rotation_ref @ R.T)
+        w_dd = c.base_kp * rot_err + c.base_kd * (self.base_angular_ref - R @ w_ang)
+        A[:6, :6] = np.eye(6)
+        b[:3] = R.T @ p_dd - np.cross(w_ang, v_lin)
+        b[3:6] = R.T @ w_dd
+        w[:6] = c.base_weight
+        # feet: stance → zero acceleration; swing → PD on the reference
+        cs = f.contacts
+        for i in range(cs.size):
+            r = slice(6 + 3 * i, 9 + 3 * i)
+            A[r] = cs.J[i]
+            if self.swing[i]:
+                vel = cs.J[i] @ v
+                acc = (self.foot_acceleration_ref[i] + c.foot_kp * (self.foot_position_ref[i] - cs.position[i])
+                       + c.foot_kd * (self.foot_velocity_ref[i] - vel))
+                b[r] = acc - cs.drift[i]
+                w[r] = c.swing_weight
+            elif contact_mask[i]:
+                b[r] = -cs.drift[i]
+                w[r] = c.stance_weight
+        # posture
+        r = slice(6 + 3 * cs.size, 6 + 3 * cs.size + na)
+        A[r, nb:] = np.eye(na)
+        b[r] = a_joint
+        w[r] = c.posture_weight
+        Aw = A * w[:, None]
+        H = A.T @ Aw
+        H[np.diag_indices(nv)] += c.damping
+        qdd[:] = np.linalg.solve(H, Aw.T @ b)
+        return qdd
+
+    def update(self, q: np.ndarray, v: np.ndarray, contact_mask: Sequence[bool]) -> Command:
+        """One control tick: state + contact estimates → safe torque command."""
+        m, f = self.model, self.formulation
+        mask = np.asarray(contact_mask, dtype=bool)
+        if mask.shape != (len(m.contacts),):
+            raise ShapeError("contact_mask", mask.shape, (len(m.contacts),))
+        active = tuple(frame for frame, on in zip(m.contact_frames, mask) if on)
+        f.prepare(q, v, active)  # one Pinocchio pass serves the kinematic layer and the solve
+        try:
+            result = f.solve_prepared(self.desired_acceleration(f.terms.q, f.terms.v, mask))
+        except (ValueError, np.linalg.LinAlgError):
+            result = None
+        if result is None or not result.ok:
+            self.counters["failed_solve"] += 1
+            return self._finish(self.safe_torque(q, v, mask), result, self.config.safe_output)
+        if not np.isfinite(result.tau).all():
+            self.counters["nonfinite_solution"] += 1
+            return self._finish(self.safe_torque(q, v, mask), result, self.config.safe_output)
+        return self._finish(result.tau, result, "formulation")
+
+    def safe_torque(self, q: np.ndarray, v: np.ndarray, contact_mask: Sequence[bool]) -> np.ndarray:
+        """The configured safe output at (q, v) [N·m]."""
+        mode = self.config.safe_output
+        nb = self.model.n_base
+        if mode == "zero":
+            return np.zeros(self.model.na)
+        if mode == "hold":
+            return self._tau_prev.copy()
+        if mode == "damping":
+            return -self.config.safe_damping * v[nb:]
+        if self._gravity is None:
+            self._gravity = formulations.make("contact_lstsq", self.model, dt=self.config.dt)
+        active = [fr for fr, on in zip(self.model.contact_frames, contact_mask) if on]
+        try:
+            tau = self._gravity.solve(q, np.zeros(self.model.nv), np.zeros(self.model.nv), active).tau
+        except (ValueError, np.linalg.LinAlgError):
+            tau = np.zeros(self.model.na)
+        return tau if np.isfinite(tau).all() else np.zeros(self.model.na)
+
+    def _finish(self, tau: np.ndarray, result: Result | None, source: str) -> Command:
+        """Clamp, rate-limit and record a command."""
+        if source != "formulation":
+            self.counters["fallback"] += 1
+        tau = np.where(np.isfinite(tau), tau, 0.0)
+        rate = self.config.torque_rate_limit
+        if rate > 0.0:
+            step = rate * self.config.dt
+            tau = np.clip(tau, self._tau_prev - step, self._tau_prev + step)
+        saturated = int((np.abs(tau) > self.tau_limit).sum())
+        if saturated:
+            self.counters["saturated_ticks"] += 1
+            tau = np.clip(tau, -self.tau_limit, self.tau_limit)
+        self._tau_prev[:] = tau
+        self.last_source = source
+        return Command(tau=tau, result=result, source=source, saturated=saturated)
+
+
+def quaternion_xyzw_to_rotation(quat: Sequence[float]) -> np.ndarray:
+    """Rotation matrix of a unit quaternion (x, y, z, w) — ROS and Pinocchio order."""
+    x, y, z, w = quat
+    n = math.sqrt(x * x + y * y + z * z + w * w)
+    return pin.Quaternion(w / n, x / n, y / n, z / n).toRotationMatrix()
