@@ -1,0 +1,565 @@
+"""URDF → MuJoCo: the simulator that stands in for Gazebo + ros2_control (DESIGN.md §5).
+
+:func:`build_mujoco` compiles a :class:`~idyn_control.model.RobotModel` (its URDF, with
+``package://`` URIs already resolved by the model) into a MuJoCo model with: a free joint
+for floating-base robots, a ground plane of friction μ (rigid, or compliant with a set
+penetration at rest), spheres at the contact frames, one torque motor per actuated joint
+(in Pinocchio order, so ``ctrl`` *is* τ), and the timestep and friction cone asked for.
+
+Conventions (verified in ``test/test_urdf_and_sim.py`` against finite differences):
+
+============  ======================================  ======================================
+              MuJoCo free joint                       Pinocchio free flyer
+============  ======================================  ======================================
+position      ``qpos[0:3]`` base origin, world         ``q[0:3]`` same
+orientation   ``qpos[3:7]`` quaternion (w, x, y, z)    ``q[3:7]`` quaternion (x, y, z, w)
+linear vel.   ``qvel[0:3]`` origin velocity, WORLD     ``v[0:3]`` origin velocity, BASE frame
+angular vel.  ``qvel[3:6]`` BASE frame                 ``v[3:6]`` BASE frame
+============  ======================================  ======================================
+
+so ``v_mj = T(q) v_pin`` with ``T = blockdiag(R_world_base, I₃, P)`` (``P`` permutes the
+actuated joints), and the mass matrices satisfy ``M_pin = Tᵀ M_mj T``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+import mujoco
+import numpy as np
+import pinocchio as pin
+
+from ..errors import ConfigError, ModelError, ShapeError, UnknownNameError
+from ..model import RobotModel
+
+#: μ used for "infinite" friction (``friction=math.inf``): the feet do not slip under a
+#: 0.3·m·g push; 1e6 still works with elliptic cones but makes pyramidal ones unstable.
+INFINITE_FRICTION = 1e3
+
+_ROBOT_BIT = 2  # contype/conaffinity bits: robot geoms touch the ground, not each other
+_GROUND_BIT = 1
+_MESH_FORMATS = (".stl", ".obj", ".msh")  # what MuJoCo's mesh loader reads
+_DEFAULT_FOOT_RADIUS = 0.02  # [m] when nothing in the URDF says better
+_RIGID_SOLIMP = (0.95, 0.99, 0.001, 0.5, 2.0)
+_COMPLIANT_IMPEDANCE = 0.9  # constant d(r) of the compliant ground (solimp dmin = dmax)
+_CONTACT_FORCE_EPS = 1e-9  # [N] normal force above which a contact counts as active
+
+
+@dataclass(frozen=True)
+class ContactGeom:
+    """The MuJoCo geometry standing for one contact frame of the robot model.
+
+    ``geom_id`` is a sphere of ``radius`` [m] centred at the frame origin; ``site_id`` is a
+    site at the frame (its pose and velocity are the frame's); ``body_id`` carries both.
+    """
+
+    frame: str
+    body_id: int
+    geom_id: int
+    site_id: int
+    radius: float
+
+
+class MujocoSim:
+    """A compiled MuJoCo model + data whose interface uses Pinocchio's q, v and τ.
+
+    Build it with :func:`build_mujoco`. ``model`` and ``data`` are the raw MuJoCo
+    objects (free to inspect); :meth:`set_state`, :meth:`state` and :meth:`step` convert.
+
+    Attributes:
+        robot: the :class:`RobotModel` this was built from.
+        model, data: ``mujoco.MjModel`` / ``mujoco.MjData``.
+        contacts: one :class:`ContactGeom` per contact frame, in ``robot.contact_frames`` order.
+        friction: ground friction μ used by MuJoCo (``INFINITE_FRICTION`` for "infinite").
+        compliant: True when the ground was made compliant.
+        dropped_collisions: URDF collision geometries MuJoCo could not load (link names).
+        joint_body_ids: MuJoCo body id of each Pinocchio joint (index = joint id; 0 = world).
+    """
+
+    def __init__(self, robot: RobotModel, model: mujoco.MjModel, contacts: tuple[ContactGeom, ...],
+                 *, friction: float, compliant: bool, dropped_collisions: tuple[str, ...] = ()):
+        self.robot = robot
+        self.model = model
+        self.data = mujoco.MjData(model)
+        self.contacts = contacts
+        self.friction = friction
+        self.compliant = compliant
+        self.dropped_collisions = dropped_collisions
+        self.floating_base = robot.floating_base
+
+        first_joint = 2 if robot.floating_base else 1
+        if any(robot.pin_model.joints[j].nq != 1 for j in range(first_joint, robot.pin_model.njoints)):
+            raise ModelError("only joints with one configuration variable are supported "
+                             "(no continuous joints)")
+        joint_ids = [mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, n) for n in robot.joint_names]
+        missing = [n for n, j in zip(robot.joint_names, joint_ids) if j < 0]
+        if missing:
+            raise ModelError(f"joints missing from the MuJoCo model: {missing}")
+        # MuJoCo address of each actuated joint, in Pinocchio (τ) order
+        self._qpos_adr = np.array([model.jnt_qposadr[j] for j in joint_ids], dtype=int)
+        self._qvel_adr = np.array([model.jnt_dofadr[j] for j in joint_ids], dtype=int)
+        if self.floating_base and (model.njnt == 0 or model.jnt_type[0] != mujoco.mjtJoint.mjJNT_FREE):
+            raise ModelError("floating-base robot without a MuJoCo free joint at index 0")
+
+        # MuJoCo body moving with each Pinocchio joint (index: Pinocchio joint id; 0: world)
+        self.joint_body_ids = np.zeros(robot.pin_model.njoints, dtype=int)
+        if self.floating_base:
+            self.joint_body_ids[1] = model.jnt_bodyid[0]
+        for name, j in zip(robot.joint_names, joint_ids):
+            self.joint_body_ids[robot.pin_model.getJointId(name)] = model.jnt_bodyid[j]
+
+        self._geom_to_contact = {c.geom_id: i for i, c in enumerate(contacts)}
+        self._rot = np.zeros(9)
+        self._wrench = np.zeros(6)
+        self._forces = np.zeros((len(contacts), 3))
+        self._normal = np.zeros(len(contacts))
+
+    # ------------------------------------------------------------------ conversions
+    def to_mujoco(self, q: np.ndarray, v: np.ndarray, qpos: np.ndarray | None = None,
+                  qvel: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Pinocchio (q, v) → MuJoCo (qpos, qvel), written into ``qpos``/``qvel`` if given."""
+        q, v = self._check(q, self.robot.nq, "q"), self._check(v, self.robot.nv, "v")
+        qpos = np.empty(self.model.nq) if qpos is None else qpos
+        qvel = np.empty(self.model.nv) if qvel is None else qvel
+        if self.floating_base:
+            qpos[0:3] = q[0:3]
+            qpos[3] = q[6]  # (x, y, z, w) → (w, x, y, z)
+            qpos[4:7] = q[3:6]
+            mujoco.mju_quat2Mat(self._rot, qpos[3:7] / np.linalg.norm(qpos[3:7]))
+            qvel[0:3] = self._rot.reshape(3, 3) @ v[0:3]  # base frame → world frame
+            qvel[3:6] = v[3:6]
+        qpos[self._qpos_adr] = q[self.robot.joint_q_index]
+        qvel[self._qvel_adr] = v[self.robot.joint_v_index]
+        return qpos, qvel
+
+    def to_pinocchio(self, qpos: np.ndarray, qvel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """MuJoCo (qpos, qvel) → Pinocchio (q, v) (new arrays)."""
+        qpos, qvel = self._check(qpos, self.model.nq, "qpos"), self._check(qvel, self.model.nv, "qvel")
+        q = np.empty(self.robot.nq)
+        v = np.empty(self.robot.nv)
+        if self.floating_base:
+            quat = qpos[3:7] / np.linalg.norm(qpos[3:7])
+            q[0:3] = qpos[0:3]
+            q[3:6] = quat[1:4]
+            q[6] = quat[0]
+            mujoco.mju_quat2Mat(self._rot, quat)
+            v[0:3] = self._rot.reshape(3, 3).T @ qvel[0:3]  # world frame → base frame
+            v[3:6] = qvel[3:6]
+        q[self.robot.joint_q_index] = qpos[self._qpos_adr]
+        v[self.robot.joint_v_index] = qvel[self._qvel_adr]
+        return q, v
+
+    def velocity_map(self, q: np.ndarray) -> np.ndarray:
+        """T (nv × nv) with ``qvel = T v`` at configuration ``q`` (Pinocchio's)."""
+        T = np.zeros((self.model.nv, self.robot.nv))
+        if self.floating_base:
+            T[0:3, 0:3] = pin.Quaternion(np.asarray(q[3:7], dtype=float)).normalized().toRotationMatrix()
+            T[3:6, 3:6] = np.eye(3)
+        T[self._qvel_adr, self.robot.joint_v_index] = 1.0
+        return T
+
+    # ------------------------------------------------------------------ state and stepping
+    @property
+    def time(self) -> float:
+        """Simulated time [s]."""
+        return float(self.data.time)
+
+    def set_state(self, q: np.ndarray, v: np.ndarray) -> None:
+        """Set the Pinocchio state and recompute positions, velocities and contacts."""
+        self.to_mujoco(q, v, self.data.qpos, self.data.qvel)
+        self.data.qacc_warmstart[:] = 0.0
+        mujoco.mj_forward(self.model, self.data)
+
+    def state(self) -> tuple[np.ndarray, np.ndarray]:
+        """The current state as Pinocchio (q, v)."""
+        return self.to_pinocchio(self.data.qpos, self.data.qvel)
+
+    def step(self, tau: np.ndarray, n: int = 1) -> None:
+        """Apply joint torques τ [N·m] (Pinocchio actuated order) for ``n`` timesteps.
+
+        MuJoCo clamps τ to the effort limits (the actuators' ``ctrlrange``).
+        """
+        self.data.ctrl[:] = self._check(tau, self.robot.na, "tau")
+        for _ in range(n):
+            mujoco.mj_step(self.model, self.data)
+
+    # ------------------------------------------------------------------ contacts
+    def contact_forces_array(self, out: np.ndarray | None = None) -> np.ndarray:
+        """Ground-on-robot forces [N], world frame, shape (n_contacts, 3), contact order.
+
+        Sum over MuJoCo's contacts on each foot sphere (``mj_contactForce`` rotated out of
+        the contact frame, whose first axis is the normal pointing from geom1 to geom2).
+        """
+        out = self._forces if out is None else out
+        out[:] = 0.0
+        self._normal[:] = 0.0
+        for i in range(self.data.ncon):
+            contact = self.data.contact[i]
+            g1, g2 = int(contact.geom[0]), int(contact.geom[1])
+            k = self._geom_to_contact.get(g2)
+            sign = 1.0  # mj_contactForce is the force geom1 exerts on geom2
+            if k is None:
+                k = self._geom_to_contact.get(g1)
+                sign = -1.0
+                if k is None:
+                    continue
+            mujoco.mj_contactForce(self.model, self.data, i, self._wrench)
+            out[k] += sign * (contact.frame.reshape(3, 3).T @ self._wrench[:3])
+            self._normal[k] += self._wrench[0]
+        return out
+
+    def contact_forces(self) -> dict[str, np.ndarray]:
+        """Contact frame → force [N] of the ground on the robot, world frame."""
+        forces = self.contact_forces_array()
+        return {c.frame: forces[i].copy() for i, c in enumerate(self.contacts)}
+
+    def contact_states(self) -> dict[str, bool]:
+        """Contact frame → True when its foot sphere presses on something."""
+        self.contact_forces_array()
+        return {c.frame: bool(self._normal[i] > _CONTACT_FORCE_EPS) for i, c in enumerate(self.contacts)}
+
+    def frame_position(self, frame: str) -> np.ndarray:
+        """World position [m] of a contact frame (its site)."""
+        return self.data.site_xpos[self._contact(frame).site_id].copy()
+
+    def frame_velocity(self, frame: str) -> np.ndarray:
+        """Linear velocity [m/s] of a contact frame's origin, world frame."""
+        res = np.zeros(6)  # MuJoCo order: [angular, linear]
+        mujoco.mj_objectVelocity(self.model, self.data, mujoco.mjtObj.mjOBJ_SITE,
+                                 self._contact(frame).site_id, res, 0)
+        return res[3:6]
+
+    def penetration(self) -> np.ndarray:
+        """Penetration depth [m] of each foot sphere into what it touches (≥ 0)."""
+        depth = np.zeros(len(self.contacts))
+        for i in range(self.data.ncon):
+            contact = self.data.contact[i]
+            for g in contact.geom:
+                k = self._geom_to_contact.get(int(g))
+                if k is not None:
+                    depth[k] = max(depth[k], -float(contact.dist))
+        return depth
+
+    # ------------------------------------------------------------------ helpers
+    def _contact(self, frame: str) -> ContactGeom:
+        for c in self.contacts:
+            if c.frame == frame:
+                return c
+        raise UnknownNameError("contact frame", frame, [c.frame for c in self.contacts])
+
+    @staticmethod
+    def _check(x, n: int, name: str) -> np.ndarray:
+        x = np.asarray(x, dtype=float)
+        if x.shape != (n,):
+            raise ShapeError(name, x.shape, (n,))
+        return x
+
+
+# ====================================================================== construction
+def build_mujoco(
+    robot: RobotModel,
+    *,
+    friction: float = 0.7,
+    compliant: bool = False,
+    penetration: float = 1e-3,
+    timestep: float = 1e-3,
+    cone: str = "pyramidal",
+    foot_radius: float | None = None,
+    collision: str | None = None,
+    inertia: str = "pinocchio",
+    ground: bool | None = None,
+    integrator: str = "implicitfast",
+) -> MujocoSim:
+    """Compile a robot model into MuJoCo (DESIGN.md §5).
+
+    Args:
+        robot: the model; its URDF (``robot.urdf_xml``) is what MuJoCo imports.
+        friction: ground Coulomb coefficient μ > 0; ``math.inf`` means "infinite"
+            (seed 000 §7) and becomes :data:`INFINITE_FRICTION`.
+        compliant: soft ground whose penetration at rest under the robot's weight is
+            ``penetration``; otherwise a stiff ground (10–20 µm at rest for the small quadrupeds).
+        penetration: target depth at rest on compliant ground [m].
+        timestep: integration step [s].
+        cone: ``"pyramidal"`` or ``"elliptic"`` friction cone.
+        foot_radius: radius of the contact spheres [m]; ``None`` takes it from the URDF
+            (a sphere on the contact link, else the depth of its collision mesh below the
+            frame), else 2 cm.
+        collision: ``"contacts"`` (only the contact spheres collide; default for robots
+            with contact frames: URDF meshes of legged robots are often unusable in
+            MuJoCo) or ``"urdf"`` (the URDF collision geometry MuJoCo can load, plus the
+            contact spheres; default otherwise). Robot geoms never collide with each other.
+        inertia: ``"pinocchio"`` (each MuJoCo body gets the inertia Pinocchio lumps on its
+            joint: the same robot by construction, and URDF inertias MuJoCo rejects are
+            fine once lumped) or ``"urdf"`` (MuJoCo's own import, ``balanceinertia`` on).
+        ground: add the ground plane; default: floating-base robots only.
+        integrator: MuJoCo integrator name (``"euler"``, ``"implicitfast"``, ``"rk4"``...).
+    """
+    mu = _ground_friction(friction)
+    if not (np.isfinite(timestep) and timestep > 0.0):
+        raise ConfigError("timestep", timestep, "must be a finite value > 0 [s]")
+    if not (np.isfinite(penetration) and penetration > 0.0):
+        raise ConfigError("penetration", penetration, "must be a finite value > 0 [m]")
+    cones = {"pyramidal": mujoco.mjtCone.mjCONE_PYRAMIDAL, "elliptic": mujoco.mjtCone.mjCONE_ELLIPTIC}
+    if cone not in cones:
+        raise UnknownNameError("friction cone", cone, cones)
+    integrators = {name[len("mjINT_"):].lower(): value
+                   for name, value in mujoco.mjtIntegrator.__members__.items()}
+    if integrator not in integrators:
+        raise UnknownNameError("integrator", integrator, integrators)
+    if collision is None:
+        collision = "contacts" if robot.contact_frames else "urdf"
+    if collision not in ("contacts", "urdf"):
+        raise UnknownNameError("collision mode", collision, ("contacts", "urdf"))
+    if inertia not in ("pinocchio", "urdf"):
+        raise UnknownNameError("inertia source", inertia, ("pinocchio", "urdf"))
+    if foot_radius is not None and not (np.isfinite(foot_radius) and foot_radius > 0.0):
+        raise ConfigError("foot_radius", foot_radius, "must be a finite value > 0 [m]")
+    if ground is None:
+        ground = robot.floating_base
+
+    urdf_root = _parse_urdf(robot.urdf_xml)
+    radii = [foot_radius if foot_radius is not None else _foot_radius(robot, urdf_root, f)
+             for f in robot.contact_frames]
+    dropped = _prepare_urdf(urdf_root, keep_collisions=(collision == "urdf"),
+                            balance_inertia=(inertia == "urdf"))
+    try:
+        spec = mujoco.MjSpec.from_string(ET.tostring(urdf_root, encoding="unicode"))
+    except Exception as exc:  # noqa: BLE001 - MuJoCo raises ValueError or its own errors
+        raise ModelError(f"MuJoCo cannot import the URDF of {robot.pin_model.name!r}: {exc}") from exc
+
+    spec.compiler.inertiafromgeom = mujoco.mjtInertiaFromGeom.mjINERTIAFROMGEOM_FALSE
+    spec.option.timestep = timestep
+    spec.option.cone = cones[cone]
+    spec.option.integrator = integrators[integrator]
+
+    root = spec.worldbody.first_body()
+    if robot.floating_base:
+        root.add_freejoint(name="root_joint")
+    joint_bodies = _joint_bodies(robot, spec, root)
+    if inertia == "pinocchio":
+        _copy_pinocchio_inertias(robot, spec, joint_bodies)
+
+    for geom in spec.geoms:  # the URDF's collision geometry that survived
+        geom.contype, geom.conaffinity = _ROBOT_BIT, _GROUND_BIT
+        geom.condim = 3
+
+    contact_specs = []
+    for frame, radius in zip(robot.contact_frames, radii):
+        f = robot.pin_model.frames[robot.pin_model.getFrameId(frame)]
+        body = joint_bodies[f.parentJoint] if f.parentJoint > 0 else spec.worldbody
+        placement = f.placement
+        pos = placement.translation.copy()
+        quat = pin.Quaternion(placement.rotation).coeffs()  # (x, y, z, w)
+        geom = body.add_geom(name=f"{frame}_sphere", type=mujoco.mjtGeom.mjGEOM_SPHERE,
+                             size=[radius, 0.0, 0.0], pos=pos, contype=_ROBOT_BIT,
+                             conaffinity=_GROUND_BIT, condim=3, rgba=[0.1, 0.1, 0.1, 1.0])
+        site = body.add_site(name=frame, pos=pos, quat=[quat[3], quat[0], quat[1], quat[2]])
+        contact_specs.append((frame, geom, site, radius))
+
+    if ground:
+        spec.worldbody.add_geom(name="ground", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0.0, 0.0, 1.0],
+                                friction=[mu, 0.005, 0.0001], condim=3, priority=1,
+                                contype=_GROUND_BIT, conaffinity=_ROBOT_BIT, rgba=[0.6, 0.6, 0.6, 1.0])
+
+    joints = {j.name: j for j in spec.joints}
+    for name, tau_max in zip(robot.joint_names, robot.tau_max):
+        # the importer turns URDF efforts into joint force limits; the actuator's ctrlrange
+        # (RobotModel.tau_max, which may override the URDF) is the one limit that applies
+        joints[name].actfrclimited = mujoco.mjtLimited.mjLIMITED_FALSE
+        act = spec.add_actuator(name=name, trntype=mujoco.mjtTrn.mjTRN_JOINT, target=name)
+        act.gear[0] = 1.0
+        if np.isfinite(tau_max) and tau_max > 0.0:
+            act.ctrllimited = mujoco.mjtLimited.mjLIMITED_TRUE
+            act.ctrlrange = [-tau_max, tau_max]
+        else:
+            act.ctrllimited = mujoco.mjtLimited.mjLIMITED_FALSE
+
+    try:
+        model = spec.compile()
+    except Exception as exc:  # noqa: BLE001
+        raise ModelError(f"MuJoCo cannot compile {robot.pin_model.name!r}: {exc}") from exc
+
+    contacts = tuple(
+        ContactGeom(frame, int(model.geom_bodyid[geom.id]), geom.id, site.id, float(radius))
+        for frame, geom, site, radius in contact_specs
+    )
+    for c in contacts:  # friction of the ground wins (priority); these matter for other objects
+        model.geom_friction[c.geom_id, 0] = mu
+    _set_ground_stiffness(robot, model, contacts, mu=mu, compliant=compliant, penetration=penetration)
+    return MujocoSim(robot, model, contacts, friction=mu, compliant=compliant, dropped_collisions=dropped)
+
+
+def _ground_friction(friction: float) -> float:
+    if friction == math.inf:
+        return INFINITE_FRICTION
+    if not (np.isfinite(friction) and friction > 0.0):
+        raise ConfigError("friction", friction, "must be > 0 (math.inf for 'infinite')")
+    return float(friction)
+
+
+def _parse_urdf(xml: str) -> ET.Element:
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError as exc:
+        raise ModelError(f"the URDF is not valid XML: {exc}") from exc
+    if root.tag != "robot":
+        raise ModelError(f"the URDF root element is <{root.tag}>, expected <robot>")
+    return root
+
+
+def _prepare_urdf(root: ET.Element, *, keep_collisions: bool, balance_inertia: bool) -> tuple[str, ...]:
+    """Strip what MuJoCo's URDF importer should not see; return the links that lost geometry."""
+    for tag in ("ros2_control", "gazebo", "transmission"):
+        for element in root.findall(tag):
+            root.remove(element)
+    dropped = []
+    for link in root.findall("link"):
+        for visual in link.findall("visual"):
+            link.remove(visual)
+        for coll in link.findall("collision"):
+            if not keep_collisions:
+                link.remove(coll)
+            elif not _mujoco_can_load(coll):
+                link.remove(coll)
+                dropped.append(link.get("name", "?"))
+    mj = ET.Element("mujoco")
+    ET.SubElement(mj, "compiler", {
+        "discardvisual": "true", "fusestatic": "true", "strippath": "false", "angle": "radian",
+        "balanceinertia": "true" if balance_inertia else "false",
+    })
+    root.insert(0, mj)
+    return tuple(dropped)
+
+
+def _mujoco_can_load(collision: ET.Element) -> bool:
+    mesh = collision.find("geometry/mesh")
+    if mesh is None:
+        return collision.find("geometry") is not None
+    filename = mesh.get("filename", "")
+    return (Path(filename).suffix.lower() in _MESH_FORMATS
+            and os.path.isabs(filename) and os.path.isfile(filename))
+
+
+def _joint_bodies(robot: RobotModel, spec: mujoco.MjSpec, root) -> dict[int, object]:
+    """Pinocchio joint id → the MuJoCo spec body that moves with it."""
+    bodies = {}
+    first = 1
+    if robot.floating_base:
+        bodies[1] = root
+        first = 2
+    by_name = {j.name: j for j in spec.joints}
+    for jid in range(first, robot.pin_model.njoints):
+        name = robot.pin_model.names[jid]
+        if name not in by_name:
+            raise ModelError(f"MuJoCo's URDF import has no joint {name!r}")
+        bodies[jid] = by_name[name].parent
+    return bodies
+
+
+def _copy_pinocchio_inertias(robot: RobotModel, spec: mujoco.MjSpec, joint_bodies: dict[int, object]) -> None:
+    """Give every MuJoCo body the inertia Pinocchio lumps on its joint (static bodies: none)."""
+    moving = {body.name for body in joint_bodies.values()}
+    for body in spec.bodies:
+        if body.name == "world":
+            continue
+        body.explicitinertial = True
+        if body.name not in moving:
+            body.mass = 0.0
+            body.ipos = [0.0, 0.0, 0.0]
+            body.inertia = [0.0, 0.0, 0.0]
+            body.fullinertia = [math.nan, 0.0, 0.0, 0.0, 0.0, 0.0]
+    for jid, body in joint_bodies.items():
+        inertia = robot.pin_model.inertias[jid]
+        I = inertia.inertia  # about the centre of mass, joint frame
+        body.mass = float(inertia.mass)
+        body.ipos = inertia.lever.copy()
+        body.fullinertia = [I[0, 0], I[1, 1], I[2, 2], I[0, 1], I[0, 2], I[1, 2]]
+
+
+def _foot_radius(robot: RobotModel, urdf_root: ET.Element, frame: str) -> float:
+    """Radius of a contact sphere: the URDF's sphere on that link, else its mesh depth."""
+    pin_frame = robot.pin_model.frames[robot.pin_model.getFrameId(frame)]
+    link = urdf_root.find(f"link[@name='{pin_frame.name}']")
+    if link is None:
+        return _DEFAULT_FOOT_RADIUS
+    for coll in link.findall("collision"):
+        sphere = coll.find("geometry/sphere")
+        if sphere is not None and sphere.get("radius"):
+            return float(sphere.get("radius"))
+    for coll in link.findall("collision"):
+        mesh = coll.find("geometry/mesh")
+        if mesh is None or not mesh.get("filename", "").lower().endswith(".stl"):
+            continue
+        try:
+            vertices = _stl_vertices(mesh.get("filename"))
+        except (OSError, ValueError):
+            continue
+        scale = np.array([float(s) for s in mesh.get("scale", "1 1 1").split()])
+        origin = coll.find("origin")
+        offset_z = float(origin.get("xyz", "0 0 0").split()[2]) if origin is not None else 0.0
+        depth = -(vertices[:, 2] * scale[2] + offset_z).min()  # lowest point below the frame
+        if depth > 1e-3:
+            return float(depth)
+    return _DEFAULT_FOOT_RADIUS
+
+
+def _stl_vertices(path: str) -> np.ndarray:
+    """Vertices (n, 3) of a binary or ASCII STL file."""
+    data = Path(path).read_bytes()
+    if len(data) >= 84:
+        n = int.from_bytes(data[80:84], "little")
+        if len(data) == 84 + 50 * n:
+            rec = np.dtype([("normal", "<f4", 3), ("v", "<f4", (3, 3)), ("attr", "<u2")])
+            return np.frombuffer(data, dtype=rec, count=n, offset=84)["v"].reshape(-1, 3).astype(float)
+    words = data.decode("ascii", errors="ignore").split()
+    coords = [float(words[i + j]) for i, w in enumerate(words) if w == "vertex" for j in (1, 2, 3)]
+    if not coords:
+        raise ValueError(f"no vertices in {path}")
+    return np.array(coords).reshape(-1, 3)
+
+
+def _set_ground_stiffness(robot: RobotModel, model: mujoco.MjModel, contacts: tuple[ContactGeom, ...],
+                          *, mu: float, compliant: bool, penetration: float) -> None:
+    """Write solref/solimp of every geom (ground and robot alike: no mixing) and impratio.
+
+    With a constant impedance d, MuJoCo's soft contact at rest sinks by
+    ``depth = (1 − d) · Â · f · τ² · c`` (critically damped, τ the time constant, Â the
+    contact's approximate inverse inertia ``body_invweight0``, f the normal load), with
+    c = 1 for elliptic cones and c = μ²(1 + μ²) / (2 · impratio) for pyramidal ones (the
+    pyramid edges' regularizer grows with μ²(1 + μ²); measured, not documented). So that
+    "rigid" and "compliant" mean the same thing for every μ: pyramidal cones get
+    ``impratio = max(1, μ²(1 + μ²)/2)`` (c ≤ 1; needed for μ ≫ 1) and τ is scaled by 1/√c;
+    elliptic cones get ``impratio = 10`` (10× less tangential creep; normal unaffected).
+
+    Rigid: τ = 2·dt/√c (2·dt is the stiffest MuJoCo integrates stably), impedance
+    0.95–0.99: 10–20 µm at rest for the quadruped and Solo12. Compliant: d = 0.9 and τ solved from the
+    formula for f = m·g / n_contacts.
+    """
+    if model.opt.cone == mujoco.mjtCone.mjCONE_PYRAMIDAL:
+        edges = mu * mu * (1.0 + mu * mu) / 2.0
+        model.opt.impratio = max(1.0, edges)
+        scale = edges / model.opt.impratio
+    else:
+        model.opt.impratio = 10.0
+        scale = 1.0
+    dt = float(model.opt.timestep)
+    if compliant and contacts:
+        weight = pin.computeTotalMass(robot.pin_model) * float(np.linalg.norm(model.opt.gravity))
+        inv_inertia = float(np.mean([model.body_invweight0[c.body_id, 0] for c in contacts]))
+        load = weight / len(contacts)
+        d = _COMPLIANT_IMPEDANCE
+        timeconst = math.sqrt(penetration / ((1.0 - d) * inv_inertia * load * scale))
+        if timeconst < 2.0 * dt:
+            raise ConfigError("penetration", penetration,
+                              f"too stiff for timestep {dt} s (time constant {timeconst:.2e} s < 2·dt)")
+        solref = (timeconst, 1.0)
+        solimp = (d, d, 0.001, 0.5, 2.0)
+    else:
+        solref = (2.0 * dt / math.sqrt(scale), 1.0)
+        solimp = _RIGID_SOLIMP
+    model.geom_solref[:] = solref
+    model.geom_solimp[:] = solimp
