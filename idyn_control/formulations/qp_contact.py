@@ -61,6 +61,9 @@ class _QpContact(Formulation):
         self.stage2 = QpSolver(n, nb, PYRAMID_ROWS * k + model.na, **qp_args)
         self.stage2_limited = True  # whether the last Stage II included torque limits
         self.stage2_failures = 0    # ticks where Stage II failed and Stage I forces were used
+        self.fast_path_ticks = 0    # ticks solved by Stage II alone (see _at_unconstrained_optimum)
+        self.stage2_outcome = (0, 0.0)
+        self._stage2_ok = False
         self._J = np.zeros((n, nv))
         self._f = np.zeros(n)
         self._friction_mask = None  # active set the friction blocks were built for
@@ -107,12 +110,14 @@ class _QpContact(Formulation):
             sol, _ = lapack.dpotrs(chol, rhs, lower=True)
             Z = sol[:, :3 * k]                                # q̈_b = Z f + p
             p = -sol[:, 3 * k]
+            N = np.einsum("ij,ijk->ik", cs.basis[:, 2], cs.J)  # (k, nv) normal rows
+            if self.options["stage2"] and self._at_unconstrained_optimum(Jb, N, -sol[:, 3 * k + 1]):
+                return self._finish(SOLVED, self.stage2_outcome)
             # Stage I: ½ v⁺ᵀ M v⁺ as a function of f, scaled by 1/Δt²
             s1 = self.stage1
             np.matmul(Jb, Z, out=s1.H)
             s1.g[:] = Jb @ (v[:nb] + dt * p + sol[:, 3 * k + 1]) / dt
             # non-penetration: n_iᵀ J_i v⁺ ≥ −φ_i/Δt with v⁺ = v + Δt q̈, q̈_b = Z f + p
-            N = np.einsum("ij,ijk->ik", cs.basis[:, 2], cs.J)  # (k, nv) normal rows
             rows = slice(PYRAMID_ROWS * k, (PYRAMID_ROWS + 1) * k)
             np.matmul(N[:, :nb], Z, out=s1.C[rows])
             s1.l[rows] = -cs.phi / dt**2 - N @ v / dt - N[:, :nb] @ p - N[:, nb:] @ qdd[nb:]
@@ -137,7 +142,7 @@ class _QpContact(Formulation):
                 self._f[:] = 0.0
             qdd[:nb] = Z @ self._f + p
             if self.options["stage2"] and out.ok:
-                it, t = self._stage2(Jb)
+                it, t = self._stage2(Jb, Jb.T @ self._f, limited=None)
                 iterations += it
                 solve_time += t
         elif nb:  # floating and no contact: free flight
@@ -146,18 +151,52 @@ class _QpContact(Formulation):
         else:  # fixed base: contacts cannot change the motion; Stage II only
             self._f[:] = 0.0
             if cs.n_active and self.options["stage2"]:
-                iterations, solve_time = self._stage2(J[:, :0])
+                iterations, solve_time = self._stage2(J[:, :0], np.zeros(0), limited=None)
+        return self._finish(status, (iterations, solve_time))
 
-        f_active = self._f.reshape(k, 3)[cs.order].reshape(-1)
+    def _finish(self, status: str, effort: tuple[int, float]):
+        cs = self.contacts
+        f_active = self._f.reshape(cs.size, 3)[cs.order].reshape(-1)
         self.set_forces(f_active)
-        self.torque_from_dynamics(qdd, f_active)
-        return status, iterations, solve_time
+        self.torque_from_dynamics(self.qdd, f_active)
+        return status, effort[0], effort[1]
 
-    def _stage2(self, Jb: np.ndarray) -> tuple[int, float]:
-        """min ½‖τ(f)‖² keeping the Stage I base wrench (hence v⁺ and the cost).
+    def _at_unconstrained_optimum(self, Jb: np.ndarray, N: np.ndarray, vb_plus: np.ndarray) -> bool:
+        """Fast path, exact: Stage I's cost ½v⁺ᵀMv⁺ is smallest at v_b⁺ = −A⁻¹B v_q⁺.
 
-        When it fails the Stage I forces stand (they are valid, only not torque-minimal);
-        ``stage2_failures`` counts such ticks.
+        If that base velocity keeps every active contact from penetrating and some
+        feasible forces produce it, the Stage I optimal set is exactly
+        {f feasible : J_bᵀ f = w*} with w* the base wrench it needs, so Stage II alone
+        on that set gives the two-stage answer (one QP instead of two). Otherwise the
+        caller runs both stages. ``vb_plus`` = −A⁻¹B v_q⁺.
+        """
+        m, cs, dt = self.model, self.contacts, self.dt
+        nb = m.n_base
+        v, qdd = self.terms.v, self.qdd
+        qdd_b = qdd[:nb].copy()
+        qdd[:nb] = (vb_plus - v[:nb]) / dt
+        v_plus = v + dt * qdd
+        gap = N @ v_plus + cs.phi / dt
+        if (gap[cs.active] < 0.0).any():
+            qdd[:nb] = qdd_b
+            return False
+        w_star = self.terms.M[:nb] @ qdd + self.terms.h[:nb]
+        iterations, solve_time = self._stage2(Jb, w_star, limited=self.options["torque_limits"])
+        self.stage2_outcome = (iterations, solve_time)
+        if self._stage2_ok:
+            self.fast_path_ticks += 1
+            return True
+        self.stage2_failures -= 1  # not a failure: the set was empty, both stages follow
+        qdd[:nb] = qdd_b
+        return False
+
+    def _stage2(self, Jb: np.ndarray, base_wrench: np.ndarray, *, limited: bool | None) -> tuple[int, float]:
+        """min ½‖τ(f)‖² over feasible f with J_bᵀ f = ``base_wrench`` (Stage I's optimal set).
+
+        ``limited``: add |τ| ≤ τ_max; None = only when the current forces ``self._f``
+        (Stage I's) meet them, so the set is known to be non-empty. When it fails the
+        current forces stand (valid, only not torque-minimal); ``stage2_failures``
+        counts such ticks.
         """
         m, s2 = self.model, self.stage2
         nb, k = m.n_base, self.contacts.size
@@ -170,19 +209,20 @@ class _QpContact(Formulation):
         s2.g[:] = -Jj @ tau0
         if nb:
             s2.A[:] = Jb.T
-            s2.b[:] = Jb.T @ self._f
+            s2.b[:] = base_wrench
         rows = slice(PYRAMID_ROWS * k, PYRAMID_ROWS * k + m.na)
         s2.C[rows] = -Jj.T
-        # limits only when Stage I's own torques meet them: then the set is non-empty
-        tau1 = tau0 - Jj.T @ self._f
-        limited = self.options["torque_limits"] and bool(np.all(np.abs(tau1) <= m.tau_max))
+        if limited is None:
+            tau1 = tau0 - Jj.T @ self._f
+            limited = self.options["torque_limits"] and bool(np.all(np.abs(tau1) <= m.tau_max))
         if limited:
             np.subtract(-m.tau_max, tau0, out=s2.l[rows])
             np.subtract(m.tau_max, tau0, out=s2.u[rows])
         else:
             s2.l[rows], s2.u[rows] = -INF, INF
         self.stage2_limited = limited
-        out = s2.solve(x0=self._f)  # Stage I's forces are feasible: start there
+        out = s2.solve(x0=self._f)  # Stage I's (or the last tick's) forces: a good start
+        self._stage2_ok = out.ok
         if out.ok:
             self._f[:] = out.x
         else:
