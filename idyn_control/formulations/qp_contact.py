@@ -29,7 +29,8 @@ import numpy as np
 from scipy.linalg import lapack
 
 from ..contacts import PYRAMID_ROWS
-from ..qp import INF, SOLVED, QpSolver
+from ..errors import ConfigError
+from ..qp import INF, SOLVED, QpOutcome, QpSolver
 from .base import Formulation
 
 #: relative Tikhonov term of Stage II; only breaks ties between equal-torque forces
@@ -47,6 +48,10 @@ class _QpContact(Formulation):
         "solver": "proxqp",      # QP backend; "proxqp" is persistent and warm-started
         "warm_start": True,      # warm-start ProxQP from the previous tick
         "eps_abs": 1e-8,         # QP accuracy (absolute, on forces [N] and constraint rows)
+        # "qp": Stage I by the QP solver; "lemke": as the paper does, Stage I turned into
+        # an LCP (QP optimality conditions, forces in a 4-edge pyramid) solved by Lemke
+        "stage1_solver": "qp",
+        "fast_path": True,       # one QP when Stage I's unconstrained optimum is feasible (exact)
     }
 
     def __init__(self, model, *, dt=1e-3, **options):
@@ -54,6 +59,9 @@ class _QpContact(Formulation):
         k, nv, nb = self.contacts.size, model.nv, model.n_base
         n = 3 * k
         o = self.options
+        if o["stage1_solver"] not in ("qp", "lemke"):
+            raise ConfigError("stage1_solver", o["stage1_solver"], "must be 'qp' or 'lemke'")
+        self._lemke = None
         qp_args = dict(solver=o["solver"], warm_start=o["warm_start"], eps_abs=o["eps_abs"])
         # Stage I: pyramid rows + one non-penetration row per contact
         self.stage1 = QpSolver(n, 0, (PYRAMID_ROWS + 1) * k, **qp_args)
@@ -111,7 +119,7 @@ class _QpContact(Formulation):
             Z = sol[:, :3 * k]                                # q̈_b = Z f + p
             p = -sol[:, 3 * k]
             N = np.einsum("ij,ijk->ik", cs.basis[:, 2], cs.J)  # (k, nv) normal rows
-            if self.options["stage2"] and self._at_unconstrained_optimum(Jb, N, -sol[:, 3 * k + 1]):
+            if self.options["stage2"] and self.options["fast_path"] and self._at_unconstrained_optimum(Jb, N, -sol[:, 3 * k + 1]):
                 return self._finish(SOLVED, self.stage2_outcome)
             # Stage I: ½ v⁺ᵀ M v⁺ as a function of f, scaled by 1/Δt²
             s1 = self.stage1
@@ -123,7 +131,7 @@ class _QpContact(Formulation):
             s1.l[rows] = -cs.phi / dt**2 - N @ v / dt - N[:, :nb] @ p - N[:, nb:] @ qdd[nb:]
             s1.C[rows][~cs.active] = 0.0
             s1.l[rows][~cs.active] = -INF
-            out = s1.solve()
+            out = s1.solve() if self.options["stage1_solver"] == "qp" else self._stage1_lemke(rows)
             iterations += out.iterations
             solve_time += out.solve_time_s
             status = out.status
@@ -153,6 +161,46 @@ class _QpContact(Formulation):
             if cs.n_active and self.options["stage2"]:
                 iterations, solve_time = self._stage2(J[:, :0], np.zeros(0), limited=None)
         return self._finish(status, (iterations, solve_time))
+
+    def _stage1_lemke(self, rows: slice) -> QpOutcome:
+        """Stage I as the LCP of its optimality conditions, solved by Lemke (seed 000 §6.2.1).
+
+        Forces of active contacts are z = (f_N, f_s+, f_s−, f_t+, f_t−) ≥ 0 per contact,
+        f = n f_N + t1 (f_s+ − f_s−) + t2 (f_t+ − f_t−), with μ f_N ≥ Σ f_F (inside the
+        square pyramid) and the non-penetration rows. A pivoting method returns a vertex
+        of the optimal set, so on indeterminate stances it may jump between vertices from
+        one tick to the next: the torque chatter Stage II removes (seed 000 Fig. 6).
+        """
+        import time
+
+        from ..lcp import Lemke
+
+        cs, s1 = self.contacts, self.stage1
+        act = np.flatnonzero(cs.active)
+        na_c = act.size
+        G = np.zeros((3 * cs.size, 5 * na_c))       # f (all contacts) = G z
+        D = np.zeros((2 * na_c, 5 * na_c))          # D z ≥ d
+        d = np.zeros(2 * na_c)
+        for j, i in enumerate(act):
+            t1, t2, n = cs.basis[i]
+            G[3 * i:3 * i + 3, 5 * j:5 * j + 5] = np.column_stack((n, t1, -t1, t2, -t2))
+            D[j, 5 * j] = cs.mu[i]
+            D[j, 5 * j + 1:5 * j + 5] = -1.0
+        D[na_c:] = s1.C[rows][act] @ G
+        d[na_c:] = s1.l[rows][act]
+        nz = 5 * na_c
+        M = np.zeros((nz + 2 * na_c, nz + 2 * na_c))
+        M[:nz, :nz] = G.T @ s1.H @ G
+        M[:nz, nz:] = -D.T
+        M[nz:, :nz] = D
+        q = np.concatenate((G.T @ s1.g, -d))
+        if self._lemke is None:
+            self._lemke = Lemke(M.shape[0])
+        t0 = time.perf_counter()
+        sol = self._lemke.solve(M, q)
+        status = SOLVED if sol.ok else sol.status
+        return QpOutcome(G @ sol.z[:nz], np.zeros(0), np.zeros(0), status, sol.iterations,
+                         time.perf_counter() - t0)
 
     def _finish(self, status: str, effort: tuple[int, float]):
         cs = self.contacts
