@@ -26,6 +26,10 @@ _REGISTRY: dict[str, str] = {
     "qp_noslip": "qp_contact:QpNoSlip",
     "wbc_qp": "wbc_qp:WbcQp",
     "pid": "pid:Pid",
+    "pidc_qp": "pidc_qp:PidcQp",
+    "pidc_qp_howsm": "pidc_qp:PidcQpHowsm",
+    "pidcwcu": "pidc_qp:Pidcwcu",
+    "sensed": "sensed:Sensed",
 }
 
 

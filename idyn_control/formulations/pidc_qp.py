@@ -1,0 +1,356 @@
+"""``pidc_qp``: exact interaction-force control with projected ID and two QPs (seed 004 §III);
+its baselines ``pidc_qp_howsm`` and ``pidcwcu`` (seed 004 §IV).
+
+Notation of seed 004 §II: J the stacked Jacobian of the active contacts, P = I − J⁺J the
+projector onto the motion space, B = [0; I] the actuation matrix, q̈_c = P q̈_des − J⁺J̇v
+the contact-consistent desired acceleration and τ_m,d = P(M q̈_c + h) the desired motion
+torque (eq. 4 and 8 with the controller's acceleration task in place of the Cartesian
+impedance of §II-B). Contacts named in the ``force_contacts`` option are force
+contacts: their desired force λ_d [N, world] comes from :meth:`set_desired_forces`. The
+other active contacts support the motion. B_f selects the joints that move force contacts
+only (the pressing leg), B_m = B − B_f the rest.
+
+Stage I (QP_I, eq. 17): τ_I = argmin ‖P B_m τ − τ_m,d‖² over |τ| ≤ τ_max. It fixes the
+motion q̈* (eq. 4): only P B τ moves the robot.
+
+Stage II (QP_II, eq. 26) with the realizable reading of eq. 27. The paper's composition
+B τ* = P B_m τ_I + (I − P) B_f τ_II has non-zero base rows in general, which no joint
+torque can produce. Dropping them, as τ* = Bᵀ(…) does, moves the base and detunes the
+force: on ANYmal C standing, both stages solved by least squares, λ_LF came out as
+(0.4, 1.3, 139.7) N for (0, 0, 140) N, with a base angular acceleration of ~11 rad/s².
+Here the torques added in stage II are restricted to those that leave the motion of
+stage I unchanged, P B Δτ = 0:
+
+    τ* = τ_I + K x,   K = [ K_f | K_m ],
+
+K_f = the force-leg joints (B_f) completed by the smallest motion-leg torque that cancels
+their motion-space part, −(P B_m)⁺ P B_f; K_m = a basis of the null space of P B_m (internal
+forces among the support legs, which leave the force contacts untouched). The predicted
+forces are the bilateral-contact forces of τ*, λ(x) = λ(τ_I) + Λ K x with Λ the
+forward-dynamics map, so the cost (25) becomes ‖J_fᵀ(λ_f(x) − λ_d)‖² (the constraint-space
+error of the force group) and the constraints (21), (23), (24) hold for the forces and
+torques actually produced. Regularization acts only on the null space of the tracking
+terms, so λ_f = λ_d and q̈ = q̈* exactly whenever no inequality is active; under active
+inequalities the force is traded off, as the paper says.
+
+Baselines (§IV):
+- ``pidc_qp_howsm``: B in place of B_m and B_f. Stage I uses all joints; stage II moves in
+  the whole null space of P B and, with no force/motion split, tracks the constraint-space
+  error of all contacts: desired forces for force contacts, the implicit forces of
+  eq. 13 (τ_c = 0) for the others. The balance of the base makes these targets
+  incompatible, so the pressing force is a compromise. While no inequality binds this is
+  the least-squares realizable constraint torque, i.e. the same torque as eq. 14.
+- ``pidcwcu``: eq. 14 (Dehio et al.), closed form, B square: B τ = (P B)⁺ τ_m,d
+  + (I − [(I − B)(I − P)]⁺)(I − P) τ_c,d, τ_c,d from eq. 11 with the same desired forces.
+  Its base rows are zero, so it is realizable, but the underactuation term (I − P) τ_u
+  shifts the forces away from λ_d.
+
+q̈ and forces of every result are those the returned τ produces with the active contacts
+held (so M q̈ + h = Bτ + Jᵀλ holds exactly): read from the stage-II force map for the two
+QP methods, from constrained forward dynamics for ``pidcwcu`` (its forces are implicit).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import scipy.linalg
+
+from ..errors import UnknownNameError
+from ..qp import INF, SOLVED, QpOutcome, QpSolver
+from .base import Formulation, check_vector
+
+#: rank cut-off relative to the largest singular value
+_RANK_TOL = 1e-9
+#: a QP inequality is counted active when its slack is below this (relative) value
+_ACTIVE_TOL = 1e-7
+_STATUS_RANK = {SOLVED: 0, "max_iter": 1, "infeasible": 2, "failed": 3}
+
+
+def _null_space(A: np.ndarray, rcond: float) -> tuple[np.ndarray, np.ndarray]:
+    """(pinv(A), orthonormal basis of null(A) as columns) from one SVD."""
+    n = A.shape[1]
+    if A.size == 0:
+        return np.zeros((n, A.shape[0])), np.eye(n)
+    U, s, Vt = np.linalg.svd(A, full_matrices=True)
+    tol = rcond * (s[0] if s.size else 0.0)
+    r = int(np.count_nonzero(s > tol))
+    pinv = (Vt[:r].T / s[:r]) @ U[:, :r].T
+    return pinv, Vt[r:].T
+
+
+class _ProjectedForceControl(Formulation):
+    """Per-tick projected-dynamics terms shared by the three methods (seed 004 §II)."""
+
+    defaults = {
+        "force_contacts": (),  # frames whose force is controlled (set_desired_forces)
+        "rcond": 1e-10,        # cut-off of small singular values in pseudo-inverses
+    }
+
+    def __init__(self, model, *, dt=1e-3, **options):
+        super().__init__(model, dt=dt, **options)
+        pm, nb, k = model.pin_model, model.n_base, self.contacts.size
+        force_frames = tuple(self.options["force_contacts"])
+        self.contacts.check_frames(force_frames)
+        self.is_force_contact = np.zeros(k, dtype=bool)
+        for frame in force_frames:
+            self.is_force_contact[model.contact_index(frame)] = True
+        self.lambda_des = np.zeros((k, 3))  # desired forces [N, world], per configured contact
+        # actuated joints on the kinematic chain of each contact (structural zeros of J)
+        self.chain = np.zeros((k, model.na), dtype=bool)
+        for i, fid in enumerate(model.contact_frame_ids):
+            for jid in pm.supports[pm.frames[fid].parentJoint]:
+                iv = pm.joints[jid].idx_v
+                if jid > 0 and iv >= nb and pm.joints[jid].nv == 1:
+                    self.chain[i, iv - nb] = True
+        self._eye_nv = np.eye(model.nv)
+
+    # ------------------------------------------------------------------ inputs
+    def set_desired_forces(self, forces: Mapping[str, np.ndarray]) -> None:
+        """Desired forces [N, world frame] of force contacts: ``{frame: f_world (3,)}``.
+
+        Frames not given keep their previous value (initially zero).
+        """
+        force_frames = [c for c, f in zip(self.model.contact_frames, self.is_force_contact) if f]
+        for frame, f in forces.items():
+            if frame not in force_frames:
+                raise UnknownNameError("force contact", frame, force_frames)
+            force = check_vector(f"desired force of {frame!r}", f, 3)
+            self.lambda_des[self.model.contact_index(frame)] = force
+
+    # ------------------------------------------------------------------ shared algebra
+    def _project(self) -> None:
+        """P, J⁺, q̈_c, τ_m,d and the bilateral forward-dynamics map λ(τ) = λ_h + Λ τ."""
+        m, M, h = self.model, self.terms.M, self.terms.h
+        nb, rcond = m.n_base, self.options["rcond"]
+        J = self.stacked_jacobian()
+        self.J = J
+        chol = scipy.linalg.cho_factor(M, lower=True)
+        self.M_inv = scipy.linalg.cho_solve(chol, self._eye_nv)
+        if J.shape[0]:
+            self.J_pinv = np.linalg.pinv(J, rcond=rcond)
+            self.P = self._eye_nv - self.J_pinv @ J
+            drift = self.stacked_drift()
+            self.qdd_c = self.P @ self.qdd_des - self.J_pinv @ drift
+            JMinv = J @ self.M_inv
+            G_pinv = np.linalg.pinv(JMinv @ J.T, rcond=rcond, hermitian=True)
+            self.lam_h = G_pinv @ (JMinv @ h - drift)
+            self.Lam = -G_pinv @ JMinv[:, nb:]
+        else:
+            self.J_pinv = np.zeros((m.nv, 0))
+            self.P = self._eye_nv.copy()
+            self.qdd_c = self.qdd_des.copy()
+            self.lam_h = np.zeros(0)
+            self.Lam = np.zeros((0, m.na))
+        self.tau_md = self.P @ (M @ self.qdd_c + h)
+        # active force contacts (stacked rows) and the joints that move only them (B_f)
+        order = self.contacts.order
+        self.force_active = self.is_force_contact[order]
+        self.force_rows = np.repeat(self.force_active, 3)
+        motion_chain = self.chain[order[~self.force_active]].any(axis=0)
+        self.force_joints = self.chain[order[self.force_active]].any(axis=0) & ~motion_chain
+
+    def _desired_all(self) -> np.ndarray:
+        """λ_d for every active contact: desired for force contacts, implicit (eq. 13) else."""
+        order = self.contacts.order
+        lam = self.J_pinv.T @ (self.terms.M @ self.qdd_c + self.terms.h)
+        lam = lam.reshape(-1, 3)
+        lam[self.force_active] = self.lambda_des[order[self.force_active]]
+        return lam.reshape(-1)
+
+    def _apply(self, tau: np.ndarray, lam: np.ndarray | None = None) -> None:
+        """Write τ, the contact forces it produces and q̈ = M⁻¹(Bτ − h + Jᵀλ)."""
+        nb = self.model.n_base
+        self.tau[:] = tau
+        if lam is None:
+            lam = self.lam_h + self.Lam @ tau
+        gen = -self.terms.h.copy()
+        gen[nb:] += tau
+        if lam.size:
+            gen += self.J.T @ lam
+            self.set_forces(lam)
+        self.qdd[:] = self.M_inv @ gen
+
+
+class PidcQp(_ProjectedForceControl):
+    """Hierarchical QPs with selection matrices B_m (stage I) and B_f (stage II), seed 004 §III."""
+
+    name = "pidc_qp"
+    respects_torque_limits = True
+    respects_friction = True
+    defaults = {
+        **_ProjectedForceControl.defaults,
+        "regularization": 1e-6,  # weight of the null-space regularizer, relative to the cost
+        "solver": "proxqp",      # QP backend; "proxqp" is persistent and warm-started
+        "warm_start": True,      # warm-start ProxQP from the previous tick
+        "eps_abs": 1e-9,         # QP accuracy (absolute)
+        "fast_path": True,       # skip a QP whose unconstrained optimum is feasible (exact)
+    }
+
+    def __init__(self, model, *, dt=1e-3, **options):
+        super().__init__(model, dt=dt, **options)
+        na, k, o = model.na, self.contacts.size, self.options
+        qp_args = dict(solver=o["solver"], warm_start=o["warm_start"], eps_abs=o["eps_abs"])
+        # fixed sizes for all configured contacts: the warm start survives contact switches
+        self.qp_motion = QpSolver(na, 0, na, **qp_args)
+        self.qp_motion.C[:] = np.eye(na)
+        self.qp_force = QpSolver(na, 0, 5 * k + na, **qp_args)
+        self._K = np.zeros((na, na))
+        self._eye_na = np.eye(na)
+        #: inequalities that bind in the last solve (stage I + stage II): at their bound
+        #: after a QP; 0 when the unconstrained optima were feasible (fast path)
+        self.n_active_inequalities = 0
+
+    def reset(self):
+        self.qp_motion.reset()
+        self.qp_force.reset()
+
+    # ---------------------------------------------------------------- method hooks
+    def _motion_joints(self) -> np.ndarray:
+        """Joints of stage I (B_m): all but the force legs. Stage II moves the others."""
+        return ~self.force_joints
+
+    def _tracked_rows(self) -> np.ndarray:
+        """Stacked force rows whose error is the stage-II cost: the force group only."""
+        return self.force_rows
+
+    def _tracked_targets(self) -> np.ndarray:
+        order = self.contacts.order
+        return self.lambda_des[order[self.force_active]].reshape(-1)
+
+    # ---------------------------------------------------------------- the two stages
+    def _compute(self):
+        m = self.model
+        rcond, eps = self.options["rcond"], self.options["regularization"]
+        self._project()
+        Q = self.P[:, m.n_base:]  # P B
+        sel = self._motion_joints()
+        Qs = Q[:, sel]
+        Qs_pinv, Ns = _null_space(Qs, rcond)
+
+        # stage I (eq. 17): motion-space error with the selected joints only
+        qp = self.qp_motion
+        qp.H[:] = 0.0
+        qp.H[np.ix_(sel, sel)] = Qs.T @ Qs
+        scale = eps * max(1.0, float(np.max(np.diag(qp.H))))
+        # regularize null(P B_sel) and the unselected joints: the motion stays exact
+        qp.H[np.ix_(sel, sel)] += scale * (Ns @ Ns.T)
+        qp.H[~sel, ~sel] += scale
+        qp.g[:] = 0.0
+        qp.g[sel] = -(Qs.T @ self.tau_md)
+        qp.l[:] = -m.tau_max
+        qp.u[:] = m.tau_max
+        free = np.zeros(m.na)
+        free[sel] = Qs_pinv @ self.tau_md  # the optimum without limits (regularizer: min-norm)
+        out1, n_active = self._solve_stage(qp, free)
+        tau_I = out1.x.copy()
+
+        # stage II (eq. 26): torques K x with P B K = 0 leave the motion of stage I intact
+        K = self._K
+        K[:] = 0.0
+        fj = ~sel  # B_f: completed by the least motion-joint torque cancelling P B_f
+        nf = int(fj.sum())
+        K[np.ix_(fj, np.arange(nf))] = self._eye_na[:nf, :nf]
+        K[np.ix_(sel, np.arange(nf))] = -Qs_pinv @ Q[:, fj]
+        K[np.ix_(sel, np.arange(nf, nf + Ns.shape[1]))] = Ns
+        lam_I = self.lam_h + self.Lam @ tau_I
+        L = self.Lam @ K
+        rows = self._tracked_rows()
+        qp = self.qp_force
+        Lg = L[rows]
+        if Lg.shape[0]:
+            Jg = self.J[rows]
+            A2 = Jg.T @ Lg  # torque-space image of the tracked force error (eq. 25)
+            np.matmul(A2.T, A2, out=qp.H)
+            qp.g[:] = A2.T @ (Jg.T @ (lam_I[rows] - self._tracked_targets()))
+        else:
+            qp.H[:] = 0.0
+            qp.g[:] = 0.0
+        Lg_pinv, _ = _null_space(Lg, _RANK_TOL)
+        scale = eps * max(1.0, float(np.max(np.diag(qp.H))))
+        qp.H += scale * (self._eye_na - Lg_pinv @ Lg)  # only where the tracked forces are blind
+        self._fill_inequalities(qp, L, lam_I, tau_I)
+        x_free = np.linalg.solve(qp.H, -qp.g) if self.options["fast_path"] else None
+        out2, n_binding = self._solve_stage(qp, x_free)
+        x = out2.x
+        self.n_active_inequalities = n_active + n_binding
+        self._apply(tau_I + K @ x, lam_I + L @ x)
+
+        status = max((out1.status, out2.status), key=lambda s: _STATUS_RANK.get(s, 3))
+        return status, out1.iterations + out2.iterations, out1.solve_time_s + out2.solve_time_s
+
+    def _solve_stage(self, qp: QpSolver, x_free: np.ndarray | None) -> tuple[QpOutcome, int]:
+        """The QP, or its unconstrained optimum when that already meets every inequality.
+
+        Returns the outcome and the number of inequalities at their bound (0 when none binds).
+        """
+        if self.options["fast_path"] and x_free is not None:
+            Cx = qp.C @ x_free
+            if (Cx <= qp.u).all() and (Cx >= qp.l).all():
+                return QpOutcome(x_free, np.zeros(0), np.zeros(qp.n_in), SOLVED, 0, 0.0), 0
+        out = qp.solve()
+        return out, self._count_active(qp, out.x)
+
+    def _fill_inequalities(self, qp: QpSolver, L, lam_I, tau_I) -> None:
+        """Friction pyramids of all active contacts (21, 23) and torque limits (24)."""
+        c = self.contacts
+        k = c.size
+        qp.C[: 5 * k] = 0.0
+        qp.l[: 5 * k] = -INF
+        qp.u[: 5 * k] = INF
+        for p, i in enumerate(c.order):
+            D = c.friction_rows[i]
+            qp.C[5 * i: 5 * i + 5] = D @ L[3 * p: 3 * p + 3]
+            qp.u[5 * i: 5 * i + 5] = -(D @ lam_I[3 * p: 3 * p + 3])
+        qp.C[5 * k:] = self._K
+        qp.l[5 * k:] = -self.model.tau_max - tau_I
+        qp.u[5 * k:] = self.model.tau_max - tau_I
+
+    @staticmethod
+    def _count_active(qp: QpSolver, x: np.ndarray) -> int:
+        Cx = qp.C @ x
+        used = qp.C.any(axis=1)
+        upper = (qp.u < INF) & (qp.u - Cx <= _ACTIVE_TOL * (1.0 + np.abs(qp.u))) & used
+        lower = (qp.l > -INF) & (Cx - qp.l <= _ACTIVE_TOL * (1.0 + np.abs(qp.l))) & used
+        return int(np.count_nonzero(upper | lower))
+
+
+class PidcQpHowsm(PidcQp):
+    """HOWSM baseline (seed 004 §IV): B in place of B_m and B_f, no force/motion split."""
+
+    name = "pidc_qp_howsm"
+
+    def _motion_joints(self):
+        return np.ones(self.model.na, dtype=bool)
+
+    def _tracked_rows(self):
+        return np.ones(self.J.shape[0], dtype=bool)
+
+    def _tracked_targets(self):
+        return self._desired_all()
+
+
+class Pidcwcu(_ProjectedForceControl):
+    """PIDCWCU baseline: projected ID contact-wrench control for underactuated robots, eq. 14."""
+
+    name = "pidcwcu"
+
+    def __init__(self, model, *, dt=1e-3, **options):
+        super().__init__(model, dt=dt, **options)
+        self._B_sq = np.zeros((model.nv, model.nv))  # the square selection matrix of eq. 14
+        self._B_sq[model.n_base:, model.n_base:] = np.eye(model.na)
+
+    def _compute(self):
+        m, M, h = self.model, self.terms.M, self.terms.h
+        nb, rcond, B_sq = m.n_base, self.options["rcond"], self._B_sq
+        self._project()
+        I_P = self._eye_nv - self.P
+        # eq. 11 (no external disturbance): M̄(τ_m,d − Ph + Ṗq̇) = M q̈_c
+        tau_cd = I_P @ (M @ self.qdd_c + h) - self.J.T @ self._desired_all()
+        Z = (self._eye_nv - B_sq) @ I_P
+        gen = (np.linalg.pinv(self.P @ B_sq, rcond=rcond) @ self.tau_md
+               + (self._eye_nv - np.linalg.pinv(Z, rcond=rcond)) @ (I_P @ tau_cd))
+        # base rows of gen vanish (realizable); the forces follow from the dynamics
+        self._apply(gen[nb:])
+        return SOLVED, 0, 0.0
