@@ -71,6 +71,9 @@ class ContactSet:
         self._J6 = np.zeros((6, nv))
         self._order = np.zeros(k, dtype=int)  # active contacts, in the caller's order
         self.n_active = 0
+        #: incremented whenever the active set is set: QP blocks that depend on it are
+        #: rebuilt only when this changes
+        self.version = 0
 
     def set_friction(self, index: int, mu: float) -> None:
         """Change μ of one contact; rebuilds its pyramid rows (not a per-tick operation)."""
@@ -89,6 +92,7 @@ class ContactSet:
             self._order[n] = i
             n += 1
         self.n_active = n
+        self.version += 1
 
     def set_active_mask(self, mask: np.ndarray) -> None:
         """Mark contacts active from a boolean mask in configuration order."""
@@ -96,6 +100,7 @@ class ContactSet:
         idx = np.flatnonzero(self.active)
         self.n_active = idx.size
         self._order[: idx.size] = idx
+        self.version += 1
 
     @property
     def order(self) -> np.ndarray:

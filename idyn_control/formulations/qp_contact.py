@@ -74,24 +74,24 @@ class _QpContact(Formulation):
         self._stage2_ok = False
         self._J = np.zeros((n, nv))
         self._f = np.zeros(n)
-        self._friction_mask = None  # active set the friction blocks were built for
+        self._friction_version = -1  # contact-set version the friction blocks were built for
         self._rhs = np.zeros((nb, n + 2))
 
     def reset(self):
         self.stage1.reset()
         self.stage2.reset()
-        self._friction_mask = None
+        self._friction_version = -1
 
     def _refresh_friction(self) -> None:
         """Rebuild the friction blocks of both stages only when the active set changed."""
         cs = self.contacts
-        if self._friction_mask is not None and np.array_equal(self._friction_mask, cs.active):
+        if self._friction_version == cs.version:
             return
         n_rows = PYRAMID_ROWS * cs.size
         for qp in (self.stage1, self.stage2):
             cs.fill_friction_rows(qp.C[:n_rows], qp.l[:n_rows], qp.u[:n_rows],
                                   unilateral_only=self.infinite_friction)
-        self._friction_mask = cs.active.copy()
+        self._friction_version = cs.version
 
     def _compute(self):
         m, cs, dt = self.model, self.contacts, self.dt

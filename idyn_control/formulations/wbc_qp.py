@@ -82,7 +82,8 @@ class WbcQp(Formulation):
         self.qp = QpSolver(self.nx, nb + 3 * k, PYRAMID_ROWS * k + na,
                            solver=o["solver"], warm_start=o["warm_start"], eps_abs=o["eps_abs"])
         self.tasks: dict[str, Task] = {}
-        self._friction_mask = None
+        self._contact_version = -1  # contact-set version the contact rows were built for
+        self._Hdiag = np.einsum("ii->i", self.qp.H)  # writable view of the diagonal
         self._J6 = np.zeros((6, nv))
         self._zero = np.zeros(nv)
         self._mass = pin.computeTotalMass(model.pin_model)
@@ -138,7 +139,7 @@ class WbcQp(Formulation):
 
     def reset(self):
         self.qp.reset()
-        self._friction_mask = None
+        self._contact_version = -1
 
     # ------------------------------------------------------------------ tick
     def _update_tasks(self) -> None:
@@ -167,39 +168,41 @@ class WbcQp(Formulation):
         self._update_tasks()
 
         # cost
-        H, g = qp.H, qp.g
+        H, g, diag = qp.H, qp.g, self._Hdiag
         H[:] = 0.0
-        g[:] = 0.0
-        diag = np.einsum("ii->i", H)  # writable view of the diagonal
         diag[:nb] = o["w_base"]
         diag[nb:nv] = o["w_posture"]
         diag[nv:] = o["w_force"] / self._mass**2
-        g[:nv] = -diag[:nv] * self.qdd_des
+        np.multiply(diag[:nv], self.qdd_des, out=g[:nv])
+        np.negative(g[:nv], out=g[:nv])
         for task in self.tasks.values():
             if task.weight == 0.0:
                 continue
             H[:nv, :nv] += task.weight * (task.J.T @ task.J)
             g[:nv] -= task.weight * (task.J.T @ (task.desired_acceleration() - task.drift))
 
-        # equalities: base rows, then 3 rows per contact
+        # equalities: base rows, then 3 rows per contact (zero rows for inactive ones)
         A, b = qp.A, qp.b
         J_all = cs.J.reshape(3 * k, nv)
         if nb:
             A[:nb, :nv] = M[:nb]
             A[:nb, nv:] = -J_all[:, :nb].T
-            b[:nb] = -h[:nb]
+            np.negative(h[:nb], out=b[:nb])
         rows = slice(nb, nb + 3 * k)
         A[rows, :nv] = J_all
-        b[rows] = -cs.drift.reshape(-1) - o["contact_gain"] * (J_all @ v)
-        inactive = np.repeat(~cs.active, 3)
-        A[rows][inactive] = 0.0
-        b[rows][inactive] = 0.0
-
-        # inequalities: friction (rebuilt on contact switches), torque limits
+        np.negative(cs.drift.reshape(-1), out=b[rows])
+        if o["contact_gain"]:
+            b[rows] -= o["contact_gain"] * (J_all @ v)
         n_fr = PYRAMID_ROWS * k
-        if self._friction_mask is None or not np.array_equal(self._friction_mask, cs.active):
+        if self._contact_version != cs.version:
             cs.fill_friction_rows(qp.C[:n_fr, nv:], qp.l[:n_fr], qp.u[:n_fr])
-            self._friction_mask = cs.active.copy()
+            self._inactive_rows = np.flatnonzero(np.repeat(~cs.active, 3)) + nb
+            self._contact_version = cs.version
+        if self._inactive_rows.size:
+            A[self._inactive_rows] = 0.0
+            b[self._inactive_rows] = 0.0
+
+        # inequalities: friction (above), torque limits
         lim = slice(n_fr, n_fr + m.na)
         qp.C[lim, :nv] = M[nb:]
         qp.C[lim, nv:] = -J_all[:, nb:].T
@@ -208,8 +211,9 @@ class WbcQp(Formulation):
 
         out = qp.solve()
         self.qdd[:] = out.x[:nv]
-        f_all = out.x[nv:].reshape(k, 3)
-        f_active = f_all[cs.order].reshape(-1)
-        self.set_forces(f_active)
-        self.torque_from_dynamics(self.qdd, f_active)
+        self.forces[:] = out.x[nv:].reshape(k, 3)
+        if self._inactive_rows.size:
+            self.forces[~cs.active] = 0.0  # bound to zero in the QP; make it exact
+        gen = M @ self.qdd + h - J_all.T @ self.forces.reshape(-1)
+        self.tau[:] = gen[nb:]
         return out.status, out.iterations, out.solve_time_s
