@@ -14,6 +14,7 @@ slower, there so users can compare solvers on their robot.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,11 @@ from .errors import UnknownNameError
 
 #: bounds at or beyond this magnitude are treated as infinite
 INF = 1e20
+
+#: accuracy settings per qpsolvers backend, so comparisons with ProxQP are like for like
+BACKEND_SETTINGS = {
+    "osqp": {"eps_abs": 1e-9, "eps_rel": 1e-9, "max_iter": 200_000, "polish": True},
+}
 
 SOLVED = "solved"
 MAX_ITER = "max_iter"
@@ -169,7 +175,10 @@ class QpSolver:
             self.A if self.n_eq else None, self.b if self.n_eq else None,
         )
         try:
-            solution = qpsolvers.solve_problem(problem, solver=self.solver)
+            with warnings.catch_warnings():  # dense → sparse conversions: expected here
+                warnings.simplefilter("ignore")
+                solution = qpsolvers.solve_problem(problem, solver=self.solver,
+                                                   **BACKEND_SETTINGS.get(self.solver, {}))
         except Exception:  # noqa: BLE001 - backends raise their own types on bad problems
             return FAILED, 0
         if not solution.found or solution.x is None:
