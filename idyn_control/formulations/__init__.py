@@ -24,6 +24,8 @@ _REGISTRY: dict[str, str] = {
     "projected": "projected:Projected",
     "qp_coulomb": "qp_contact:QpCoulomb",
     "qp_noslip": "qp_contact:QpNoSlip",
+    "lcp_noslip": "lcp_noslip:LcpNoSlip",
+    "lcp_coulomb": "lcp_coulomb:LcpCoulomb",
     "wbc_qp": "wbc_qp:WbcQp",
     "pid": "pid:Pid",
     "pidc_qp": "pidc_qp:PidcQp",

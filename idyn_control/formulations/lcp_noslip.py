@@ -1,0 +1,431 @@
+"""``lcp_noslip``: ID(t_i)LCP,∞ — inverse dynamics with no-slip rigid contact (seed 000 §4).
+
+Velocity level (seed 000 §3, §4.2): over one control period Δt the contact forces f
+(world frame [N]) and the torques τ act on the robot, q̈ = (v⁺ − v)/Δt, and
+
+    M q̈ + h = Sᵀτ + Σ_i J_iᵀ f_i                      (eq. 37, divided by Δt)
+    q̈_j = q̈_des,j                                     inverse dynamics (eq. 38–39)
+    t1ᵢ·J_i v⁺ = 0,  t2ᵢ·J_i v⁺ = 0                    no slip (eq. 40–41)
+    0 ≤ n_i·f_i  ⊥  n_i·J_i v⁺ + φ_i/Δt ≥ 0            unilateral + Baumgarte (eq. 35–36)
+
+With the joint accelerations prescribed, the only free motion is the base's: the MLCP
+(eq. 42–43) keeps M_bb (6×6) as its "A" block, and with L Lᵀ = M_bb and the contact rows
+scaled as B̃ = J_b L⁻ᵀ the LCP (eq. 44–45) is M_lcp = H Hᵀ with H an n×6 matrix — never
+formed (§4.7), so the cost grows linearly with the number of contacts.
+
+Per tick:
+
+1. Find-Indices (Alg. 1): a linearly independent subset of the tangent rows, found with
+   a Cholesky factor grown one bordered row at a time (:func:`find_indices`), so the
+   MLCP's A block is invertible; the rest carry no force (App. E). "Independent" means
+   more than 1 % (``rank_tol``) away from the span of the kept rows: feet a fraction of
+   a millimetre off a common plane would otherwise make A nearly singular and the
+   predicted tangential forces huge (tens of kN for a 2.5 kg Solo12).
+2. The LCP is solved with the principal pivoting method warm-started from the previous
+   tick's non-basic set (Alg. 2, §4.6), so indeterminate stances (four feet, or many
+   points per foot) keep loading the same contacts; Lemke is the fallback.
+3. If the desired accelerations are inconsistent with the contacts (a dropped tangent
+   row is violated — e.g. legs splaying — or the LCP has no solution), the consistency
+   QP of §4.5 (eq. 46–51) finds the nearest consistent q̈_j (persistent ProxQP, elastic
+   slacks so it stays feasible, see ``_consistency_qp``), and the LCP is solved again
+   with it. q̈ then differs from q̈_des (reported in ``adjusted``). If the LCP still
+   fails (rare: e.g. a no-slip row dropped as near-dependent, in violent motions) the
+   status is "failed" and ``_fallback`` gives zero forces, q̈_j = 0. (The QP's own
+   forces are no safer: without complementarity it may push on feet that leave.)
+4. q̈_b follows from the base rows with the forces found and τ from the joint rows
+   (``torque_from_dynamics``), so the dynamics hold to round-off.
+
+Fixed-base robots have no free motion: with contacts, forces are zero when the desired
+motion is compatible, else the QP adjusts q̈; without contacts this is plain ID.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..lcp import (Lemke, LcpResult, PrincipalPivoting, cholesky_lower, cholesky_solve,
+                   triangular_solve)
+from ..qp import FAILED, INF, SOLVED, QpSolver
+from .base import Formulation
+
+
+def find_indices(rows: np.ndarray, *, tol: float = 1e-8) -> tuple[np.ndarray, np.ndarray]:
+    """Seed 000 Alg. 1 (Find-Indices): a maximal independent subset of ``rows``, in order.
+
+    ``rows`` (m, d) are the tangent rows (t1, t2 of contact 1, then contact 2, …) scaled
+    so that Alg. 1's test matrix XᵀM⁻¹X reduces to their Gram matrix. A row is kept when
+    its Cholesky pivot against the rows kept so far exceeds ``tol`` times its squared
+    norm. The factor grows by one bordered row per kept row (O(r·m) work each, r ≤ d);
+    all remaining candidates are tested against it at once, which keeps the same rows
+    as testing them one by one (a rejected row stays dependent: the factor only grows).
+
+    Returns:
+        (indices of the kept rows, lower Cholesky factor L of rows[kept] rows[kept]ᵀ).
+    """
+    m, d = rows.shape
+    rmax = min(m, d)
+    L = np.zeros((rmax, rmax))
+    if rmax == 0:
+        return np.zeros(0, dtype=int), L
+    sq = np.einsum("ij,ij->i", rows, rows)
+    resid = sq.copy()  # squared distance of every row to the span of the kept rows
+    accept = tol * sq
+    np.maximum(accept, 1e-12 * max(float(sq.max()), 1e-300), out=accept)  # zero rows never enter
+    V = np.zeros((rmax, m))  # V = L⁻¹ rows[kept] rowsᵀ
+    kept: list[int] = []
+    start, r = 0, 0
+    while r < rmax and start < m:
+        ok = np.flatnonzero(resid[start:] > accept[start:])
+        if ok.size == 0:
+            break
+        i = start + int(ok[0])
+        L[r, :r] = V[:r, i]
+        L[r, r] = np.sqrt(resid[i])
+        V[r] = (rows @ rows[i] - L[r, :r] @ V[:r]) / L[r, r]
+        resid -= V[r] * V[r]
+        kept.append(i)
+        r += 1
+        start = i + 1
+    return np.array(kept, dtype=int), L[:r, :r]
+
+
+class VelocityLevelContact(Formulation):
+    """Shared set-up of seed 000's velocity-level contact formulations (§3, §4.2, §5).
+
+    With the joint accelerations q̈_j prescribed, everything is expressed through the
+    base block: ``_reduce`` computes per active contact (in result order)
+
+    - ``_Jc``: Jacobians in the contact basis (rows t1, t2, n), (n, 3, nv);
+    - ``_c``: the contact-point velocity-level acceleration with zero contact force,
+      R_i (J_i (q̈₀ + v/Δt) [+ J̇v]) + (0, 0, φ_i/Δt²) [m/s²], q̈₀ the free-floating
+      acceleration (base rows with f = 0);
+    - ``_Bt``: the base columns of ``_Jc`` scaled by L⁻ᵀ (L Lᵀ = M_bb), so that the
+      contact-space response to forces is ``_Bt _Btᵀ``.
+
+    ``_finish`` turns world-frame forces into q̈ (base rows) and τ (joint rows).
+    """
+
+    def __init__(self, model, *, dt=1e-3, **options):
+        super().__init__(model, dt=dt, **options)
+        k, nv, nb = self.contacts.size, model.nv, model.n_base
+        self._Jc = np.zeros((k, 3, nv))
+        self._c = np.zeros((k, 3))
+        self._Bt = np.zeros((k, 3, nb))
+        self._f_world = np.zeros((k, 3))
+        self._qdd0 = np.zeros(nv)
+        self._u = np.zeros(nv)
+        self._qdd_j = np.zeros(model.na)
+        self._L_base = np.zeros((nb, nb))
+
+    def _reduce(self, qdd_j: np.ndarray) -> int:
+        """Fill the reduced contact terms for joint accelerations ``qdd_j``; returns n."""
+        m, terms, cs = self.model, self.terms, self.contacts
+        nb, M, h = m.n_base, terms.M, terms.h
+        self._qdd0[nb:] = qdd_j
+        if nb:
+            self._L_base[:] = cholesky_lower(M[:nb, :nb])  # M_bb is SPD
+            self._qdd0[:nb] = cholesky_solve(self._L_base, -(M[:nb, nb:] @ qdd_j + h[:nb]))
+        order = cs.order
+        n = order.size
+        if n == 0:
+            return 0
+        R = cs.basis[order]
+        Jc = np.matmul(R, cs.J[order], out=self._Jc[:n])
+        np.multiply(terms.v, 1.0 / self.dt, out=self._u)
+        self._u += self._qdd0
+        c = self._c[:n]
+        np.matmul(Jc, self._u, out=c)
+        if self.options["drift"]:
+            c += np.einsum("nij,nj->ni", R, cs.drift[order])
+        c[:, 2] += cs.phi[order] / self.dt**2  # Baumgarte −φ/Δt on the velocity (§3.2)
+        if nb:
+            Bt = self._Bt[:n].reshape(3 * n, nb)
+            Bt[:] = triangular_solve(self._L_base, Jc[:, :, :nb].reshape(3 * n, nb).T).T
+        return n
+
+    def _finish(self, f_world: np.ndarray, qdd_j: np.ndarray) -> None:
+        """q̈ from the base rows with forces ``f_world`` (n, 3), τ from the joint rows."""
+        m, M, h = self.model, self.terms.M, self.terms.h
+        nb = m.n_base
+        self.qdd[nb:] = qdd_j
+        f = f_world.reshape(-1)
+        if nb:
+            rhs = -(M[:nb, nb:] @ qdd_j + h[:nb])
+            if f.size:
+                rhs += self.stacked_jacobian()[:, :nb].T @ f
+            self.qdd[:nb] = cholesky_solve(self._L_base, rhs)
+        if f.size:
+            self.set_forces(f)
+        self.torque_from_dynamics(self.qdd, f)
+
+    def _no_contact(self) -> tuple[str, int, float]:
+        """No active contact: the base flies freely, τ realizes q̈_des,j."""
+        self._qdd_j[:] = self.qdd_des[self.model.n_base:]
+        self._reduce(self._qdd_j)
+        self._finish(self._f_world[:0], self._qdd_j)
+        return SOLVED, 0, 0.0
+
+    def _fallback(self) -> None:
+        """Last-resort output when no contact solution exists: zero forces, q̈_j = 0.
+
+        Fixed base: τ = h, gravity (and Coriolis) compensation. Floating base: the base
+        is in free flight, where gravity cancels, so τ only cancels velocity-dependent
+        and base-coupling terms. Finite, independent of q̈_des, dynamics exact.
+        """
+        self._qdd_j[:] = 0.0
+        self._reduce(self._qdd_j)
+        self._finish(self._f_world[:0], self._qdd_j)
+
+
+class LcpNoSlip(VelocityLevelContact):
+    """ID(t_i)LCP,∞ of seed 000 §4 (see the module docstring for the algorithm)."""
+
+    name = "lcp_noslip"
+    defaults = {
+        # PPM starts from the previous non-basic set (§4.6); False: cold start every tick
+        "warm_start": True,
+        # add Δt·J̇v to the contact velocity (seed 000 keeps J constant over Δt)
+        "drift": False,
+        # Find-Indices: a tangent row within √rank_tol (1 %) of the kept rows' span is dependent
+        "rank_tol": 1e-4,
+        # PPM: relative tolerance on w ≥ 0, z ≥ 0
+        "lcp_tol": 1e-9,
+        # tangent rows may miss by this × max(1, |c|) [m/s²] (100× after the consistency QP)
+        "consistency_tol": 1e-7,
+        # consistency QP: weight of ‖f/(m g)‖² next to ‖q̈_j − q̈_des,j‖²
+        "force_regularization": 1e-6,
+        # consistency QP: weight ρ of the elastic slacks of the contact rows
+        "slack_weight": 1e6,
+        # consistency QP: multiplier updates that drive the slacks to zero
+        "slack_refinements": 4,
+        # backend of the consistency QP (eq. 46–51), see idyn_control.qp
+        "solver": "proxqp",
+    }
+
+    def __init__(self, model, *, dt=1e-3, **options):
+        super().__init__(model, dt=dt, **options)
+        k, nv, nb = self.contacts.size, model.nv, model.n_base
+        self._ppm = PrincipalPivoting(max(k, 1), tol=self.options["lcp_tol"])
+        self._lemke = Lemke(max(k, 1))
+        self._nonbasic = np.zeros(k, dtype=bool)  # per configured contact, carried over ticks
+        self._H = np.zeros((k, nb))
+        self._f_loc = np.zeros((k, 3))
+        # consistency QP: (q̈, f, tangent slacks, normal slacks); base + no-slip rows; normal rows
+        self._qp = QpSolver(nv + 6 * k, nb + 2 * k, 2 * k, solver=self.options["solver"])
+        # the consistency QP's force unit: the robot's weight [N]
+        self._force_scale = max(1.0, 9.81 * sum(inertia.mass for inertia in model.pin_model.inertias))
+        #: True when the last tick's q̈_des was inconsistent and the QP replaced q̈_j
+        self.adjusted = False
+        #: the last LCP result (normal forces z, basis = contacts loaded)
+        self.lcp_result: LcpResult | None = None
+        #: indices (into the 2n tangent rows of the active contacts) kept by Find-Indices
+        self.tangent_rows = np.zeros(0, dtype=int)
+        self._qp_outcome = None
+        self._qp_iterations = 0
+
+    def reset(self):
+        self._nonbasic[:] = False
+        self._qp.reset()
+
+    @property
+    def nonbasic(self) -> np.ndarray:
+        """Configured contacts in the LCP's non-basic set (normal force computed) last tick."""
+        return self._nonbasic.copy()
+
+    # ------------------------------------------------------------------ per tick
+    def _compute(self):
+        if self.contacts.n_active == 0:
+            self.adjusted = False
+            return self._no_contact()
+        nb = self.model.n_base
+        self._qdd_j[:] = self.qdd_des[nb:]
+        self.adjusted = False
+        iters, solve_time = 0, 0.0
+        for attempt in range(2):
+            n = self._reduce(self._qdd_j)
+            consistent, it, dt_s = self._solve_contacts(n)
+            iters += it
+            solve_time += dt_s
+            if consistent:
+                return SOLVED, iters, solve_time
+            if attempt == 1:
+                break
+            t0 = time.perf_counter()
+            qdd_j = self._consistency_qp(n)
+            solve_time += time.perf_counter() - t0
+            iters += self._qp_iterations
+            if qdd_j is None:
+                break
+            self._qdd_j[:] = qdd_j
+            self.adjusted = True
+        self._fallback()
+        return FAILED, iters, solve_time
+
+    def _solve_contacts(self, n: int) -> tuple[bool, int, float]:
+        """Find-Indices + LCP for the current reduction; writes q̈, τ, forces when consistent."""
+        nb, cs = self.model.n_base, self.contacts
+        c = self._c[:n]
+        c_t = c[:, :2].reshape(-1)
+        c_n = c[:, 2]
+        scale = max(1.0, float(np.abs(c).max()))
+        if nb:
+            Bt = self._Bt[:n]
+            T_rows = Bt[:, :2].reshape(2 * n, nb)
+            N_rows = Bt[:, 2]
+            sel, Lk = find_indices(T_rows, tol=self.options["rank_tol"])
+            self.tangent_rows = sel
+            H = self._H[:n]
+            if sel.size:
+                W = triangular_solve(Lk, T_rows[sel])  # orthonormal rows
+                y = triangular_solve(Lk, c_t[sel])
+                NW = N_rows @ W.T
+                np.subtract(N_rows, NW @ W, out=H)
+                q = c_n - NW @ y                                   # eq. 45: r = φ/Δt + CᵀA⁻¹g
+                x0 = -(W.T @ y)
+            else:
+                H[:] = N_rows
+                q = c_n.copy()
+                x0 = np.zeros(nb)
+        else:
+            sel = np.zeros(0, dtype=int)
+            self.tangent_rows = sel
+            H = self._H[:n]
+            q = c_n.copy()
+        # ---- LCP (eq. 44–45), warm-started PPM (Alg. 2) with Lemke as the fallback
+        t0 = time.perf_counter()
+        warm = self._nonbasic[cs.order] if self.options["warm_start"] else None
+        # after the consistency QP, q is only as accurate as the QP (see below)
+        lcp_tol = scale * (self.options["consistency_tol"] * 100.0 if self.adjusted
+                           else self.options["lcp_tol"])
+        res = self._ppm.solve(q, H=H, warm=warm, tol=lcp_tol)
+        iters = res.iterations
+        if not res.ok:
+            res = self._lemke.solve(H @ H.T, q)
+            iters += res.iterations
+        solve_time = time.perf_counter() - t0
+        self.lcp_result = res
+        if not res.ok:
+            return False, iters, solve_time
+        z = res.z
+        f_loc = self._f_loc[:n]
+        f_loc[:] = 0.0
+        f_loc[:, 2] = z
+        if nb:
+            x = x0 + H.T @ z
+            if sel.size:
+                f_sel = -triangular_solve(Lk, y + W @ (N_rows.T @ z), transpose=True)
+                f_loc[sel // 2, sel % 2] = f_sel  # tangent row 2i+j is contact i, direction j
+            # every tangent row, kept or dropped, must hold (App. E); else q̈_des is inconsistent.
+            # A dropped row is only known to lie within √rank_tol·‖row‖ of the kept rows'
+            # span, so it may slip by that times the base response ‖x‖.
+            slip = np.abs(c_t + T_rows @ x)
+            row_norms = np.sqrt(np.einsum("ij,ij->i", T_rows, T_rows))
+            slip -= np.sqrt(self.options["rank_tol"]) * row_norms * np.linalg.norm(x)
+        else:
+            slip = np.abs(c_t)
+        # after the consistency QP the rows hold only to the QP's accuracy: allow 100×
+        tol = self.options["consistency_tol"] * (100.0 if self.adjusted else 1.0) * scale
+        if float(slip.max(initial=0.0)) > tol:
+            return False, iters, solve_time
+        self._nonbasic[cs.order] = res.basis
+        f_world = self._f_world[:n]
+        np.einsum("nij,ni->nj", cs.basis[cs.order], f_loc, out=f_world)
+        self._finish(f_world, self._qdd_j)
+        return True, iters, solve_time
+
+    def _consistency_qp(self, n: int) -> np.ndarray | None:
+        """Seed 000 §4.5, eq. 46–51: the consistent joint accelerations nearest q̈_des,j.
+
+        Variables x = (q̈, f, s_t, s_n): f in the contact bases, one slot per configured
+        contact (active contacts first), no force on the tangent rows Find-Indices
+        dropped (as in the LCP, App. E); minimize
+
+            ‖q̈_j − q̈_des,j‖² + ε‖f/(m g)‖² + ρ(‖s_t‖² + ‖s_n‖²)
+
+        subject to the base rows of the dynamics, no slip t·(J q̈ + c) + s_t = 0,
+        non-penetration with Baumgarte n·(J q̈ + c) + s_n ≥ 0, and n·f ≥ 0; unused slots
+        carry zero force. The slacks (elastic mode) keep the QP feasible — and its
+        equality rows independent — also when the no-slip rows over-constrain a body
+        (several points per foot), where the paper's "always feasible" argument fails;
+        a slack left non-zero then shows up in the consistency check after the LCP.
+        For the solver the unknowns are divided by a per-tick scale (v/Δt terms make
+        them O(10³)) and every row has unit norm.
+
+        Returns q̈_j [rad/s²], or None when the QP is not solved.
+        """
+        m, cs, M, h = self.model, self.contacts, self.terms.M, self.terms.h
+        nv, nb, k = m.nv, m.n_base, cs.size
+        qp = self._qp
+        Jc = self._Jc[:n]
+        # velocity-level terms without the prescribed q̈: R (J v/Δt [+ J̇v]) + φ/Δt²
+        c_free = Jc @ (self.terms.v / self.dt)
+        if self.options["drift"]:
+            c_free += np.einsum("nij,nj->ni", cs.basis[cs.order], cs.drift[cs.order])
+        c_free[:, 2] += cs.phi[cs.order] / self.dt**2
+        qdd_des_j = self.qdd_des[nb:]
+        s_f = self._force_scale
+        s_a = max(1.0, float(np.abs(c_free).max()), float(np.abs(qdd_des_j).max(initial=0.0)),
+                  float(np.abs(h[:nb]).max(initial=0.0)) / s_f)
+        f0, st0, sn0 = nv, nv + 3 * k, nv + 5 * k  # first force, tangent slack, normal slack
+        # unknowns: q̈ / s_a, f / (s_f s_a), slacks / s_a; objective and rows divided accordingly
+        qp.H[:] = 0.0
+        np.fill_diagonal(qp.H[nb:nv, nb:nv], 1.0)
+        np.fill_diagonal(qp.H[f0:st0, f0:st0], self.options["force_regularization"])
+        np.fill_diagonal(qp.H[st0:, st0:], self.options["slack_weight"])
+        qp.g[:] = 0.0
+        qp.g[nb:nv] = -qdd_des_j / s_a
+        qp.A[:] = 0.0
+        qp.b[:] = 0.0
+        qp.C[:] = 0.0
+        qp.l[:] = -INF
+        qp.u[:] = INF
+        if nb:
+            qp.A[:nb, :nv] = M[:nb] / s_f
+            qp.A[:nb, f0:f0 + 3 * n] = -Jc[:, :, :nb].reshape(3 * n, nb).T
+            qp.b[:nb] = -h[:nb] / (s_f * s_a)
+            # tangent rows Find-Indices dropped carry no force (App. E), here as in the LCP:
+            # their force leaves the base rows (and ε‖f‖² then holds it at zero)
+            dropped = np.ones(2 * n, dtype=bool)
+            dropped[self.tangent_rows] = False
+            slots = np.flatnonzero(dropped)
+            qp.A[:nb, f0 + 3 * (slots // 2) + slots % 2] = 0.0
+        for s in range(k):
+            rows = slice(nb + 2 * s, nb + 2 * s + 2)
+            if s < n:
+                qp.A[rows, :nv] = Jc[s, :2]
+                qp.A[rows, st0 + 2 * s:st0 + 2 * s + 2] = np.eye(2)
+                qp.b[rows] = -c_free[s, :2] / s_a
+                qp.C[2 * s, :nv] = Jc[s, 2]
+                qp.C[2 * s, sn0 + s] = 1.0
+                qp.l[2 * s] = -c_free[s, 2] / s_a
+                qp.C[2 * s + 1, f0 + 3 * s + 2] = 1.0
+                qp.l[2 * s + 1] = 0.0
+            else:
+                qp.A[rows, f0 + 3 * s:f0 + 3 * s + 2] = np.eye(2)
+                qp.C[2 * s + 1, f0 + 3 * s + 2] = 1.0
+                qp.l[2 * s + 1] = 0.0
+                qp.u[2 * s + 1] = 0.0
+        norms = np.linalg.norm(qp.A, axis=1)
+        norms[norms < 1e-12] = 1.0
+        qp.A /= norms[:, None]
+        qp.b /= norms
+        norms = np.linalg.norm(qp.C[::2], axis=1)
+        norms[norms < 1e-12] = 1.0
+        qp.C[::2] /= norms[:, None]
+        qp.l[::2] /= norms
+        outcome = qp.solve()
+        iterations = outcome.iterations
+        # method of multipliers on the slacks: shift their linear cost by ρ·s and re-solve
+        # (warm-started) until they vanish, which they do when the rows are consistent
+        rho = self.options["slack_weight"]
+        for _ in range(self.options["slack_refinements"]):
+            if not outcome.ok or float(np.abs(outcome.x[st0:]).max(initial=0.0)) <= qp.eps_abs:
+                break
+            qp.g[st0:] += rho * outcome.x[st0:]
+            outcome = qp.solve()
+            iterations += outcome.iterations
+        self._qp_outcome = outcome
+        self._qp_iterations = iterations
+        return outcome.x[nb:nv] * s_a if outcome.ok else None
