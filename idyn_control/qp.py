@@ -110,6 +110,7 @@ class QpSolver:
             s.eps_abs = eps_abs
             s.eps_rel = 1e-10  # large forces [N]: absolute accuracy alone is below round-off
             s.max_iter = max_iter
+            s.max_iter_in = 200  # bounds the inner loop too: a tick must end
             s.verbose = False
             s.initial_guess = (proxsuite.proxqp.InitialGuess.WARM_START_WITH_PREVIOUS_RESULT if warm_start
                                else proxsuite.proxqp.InitialGuess.NO_INITIAL_GUESS)
