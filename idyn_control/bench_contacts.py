@@ -140,4 +140,44 @@ def contact_scaling(formulation_names: Iterable[str], counts: Sequence[int] = DE
     return rows
 
 
-__all__ = ["DEFAULT_COUNTS", "contact_scaling", "multi_contact_model"]
+__all__ = ["DEFAULT_COUNTS", "contact_scaling", "format_scaling", "multi_contact_model", "plot_scaling"]
+
+
+def format_scaling(rows: Sequence[dict]) -> str:
+    """A table: one row per contact count, p50 [µs] per formulation (p99 in brackets)."""
+    names = sorted({r["formulation"] for r in rows if "p50_us" in r})
+    counts = sorted({r["contacts"] for r in rows if "p50_us" in r})
+    cell = {(r["formulation"], r["contacts"]): r for r in rows if "p50_us" in r}
+    lines = ["contacts" + "".join(f"{n:>24}" for n in names)]
+    for c in counts:
+        parts = []
+        for n in names:
+            r = cell.get((n, c))
+            parts.append(f"{r['p50_us']:>12.0f} ({r['p99_us']:>7.0f})" if r else f"{'-':>24}")
+        lines.append(f"{c:>8}" + "".join(f"{p:>24}" for p in parts))
+    lines.append("per-tick p50 (p99) [µs]; seed 000 Fig. 19's bar: 1 ms")
+    return "\n".join(lines)
+
+
+def plot_scaling(rows: Sequence[dict], path) -> None:
+    """Seed 000 Fig. 19: per-tick time against the number of contacts, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for name in sorted({r["formulation"] for r in rows if "p50_us" in r}):
+        pts = sorted((r["contacts"], r["p50_us"], r["p99_us"]) for r in rows if r["formulation"] == name and "p50_us" in r)
+        c, p50, p99 = (np.array(x) for x in zip(*pts))
+        line, = ax.plot(c, p50 / 1e3, marker="o", label=f"{name} p50")
+        ax.plot(c, p99 / 1e3, linestyle=":", color=line.get_color(), label=f"{name} p99")
+    ax.axhline(1.0, color="k", linewidth=0.8, label="1 kHz deadline")
+    ax.set_xlabel("contact points")
+    ax.set_ylabel("time per tick [ms]")
+    ax.set_title("Inverse dynamics time vs contacts (seed 000 Fig. 19)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
