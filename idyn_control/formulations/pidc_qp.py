@@ -48,6 +48,14 @@ Baselines (§IV):
 q̈ and forces of every result are those the returned τ produces with the active contacts
 held (so M q̈ + h = Bτ + Jᵀλ holds exactly): read from the stage-II force map for the two
 QP methods, from constrained forward dynamics for ``pidcwcu`` (its forces are implicit).
+
+Computation (the 1 kHz path): one QR of Jᵀ gives J⁺ and an orthonormal basis N of null(J),
+so P = N Nᵀ and P B_s = N W with W = (rows s of N)ᵀ, a d × n_s matrix (d = dim null(J),
+6 on a quadruped): pseudo-inverses and null spaces of P B_s come from W (NᵀN = I), M⁻¹ is
+applied through its Cholesky factor, the Delassus matrix J M⁻¹ Jᵀ is inverted by Cholesky.
+:mod:`idyn_control.linalg` falls back to the SVD wherever a matrix is rank-deficient or
+ill-conditioned, so the rank decisions (``rcond``) are those of the SVD. Index sets that
+depend on the active contacts only are rebuilt when the contact set changes.
 """
 
 from __future__ import annotations
@@ -55,9 +63,9 @@ from __future__ import annotations
 from typing import Mapping
 
 import numpy as np
-import scipy.linalg
 
 from ..errors import UnknownNameError
+from ..linalg import chol_solve, cholesky, pinv, pinv_and_null_space, psd_pinv_solve, solve_pd
 from ..qp import INF, SOLVED, QpOutcome, QpSolver
 from .base import Formulation, check_vector
 
@@ -66,18 +74,6 @@ _RANK_TOL = 1e-9
 #: a QP inequality is counted active when its slack is below this (relative) value
 _ACTIVE_TOL = 1e-7
 _STATUS_RANK = {SOLVED: 0, "max_iter": 1, "infeasible": 2, "failed": 3}
-
-
-def _null_space(A: np.ndarray, rcond: float) -> tuple[np.ndarray, np.ndarray]:
-    """(pinv(A), orthonormal basis of null(A) as columns) from one SVD."""
-    n = A.shape[1]
-    if A.size == 0:
-        return np.zeros((n, A.shape[0])), np.eye(n)
-    U, s, Vt = np.linalg.svd(A, full_matrices=True)
-    tol = rcond * (s[0] if s.size else 0.0)
-    r = int(np.count_nonzero(s > tol))
-    pinv = (Vt[:r].T / s[:r]) @ U[:, :r].T
-    return pinv, Vt[r:].T
 
 
 class _ProjectedForceControl(Formulation):
@@ -105,6 +101,8 @@ class _ProjectedForceControl(Formulation):
                 if jid > 0 and iv >= nb and pm.joints[jid].nv == 1:
                     self.chain[i, iv - nb] = True
         self._eye_nv = np.eye(model.nv)
+        self._rhs = np.zeros((3 * k, 1 + model.na))  # right-hand sides of the Delassus solve
+        self._active_version = -1  # contacts.version the active-set caches were built for
 
     # ------------------------------------------------------------------ inputs
     def set_desired_forces(self, forces: Mapping[str, np.ndarray]) -> None:
@@ -120,43 +118,54 @@ class _ProjectedForceControl(Formulation):
             self.lambda_des[self.model.contact_index(frame)] = force
 
     # ------------------------------------------------------------------ shared algebra
+    def _on_active_set(self) -> None:
+        """Active force contacts (stacked rows) and the joints that move only them (B_f)."""
+        order = self.contacts.order
+        self.force_active = self.is_force_contact[order]
+        self.force_rows = np.repeat(self.force_active, 3)
+        self.force_order = order[self.force_active]  # configured indices of the active force contacts
+        motion_chain = self.chain[order[~self.force_active]].any(axis=0)
+        self.force_joints = self.chain[self.force_order].any(axis=0) & ~motion_chain
+
     def _project(self) -> None:
         """P, J⁺, q̈_c, τ_m,d and the bilateral forward-dynamics map λ(τ) = λ_h + Λ τ."""
         m, M, h = self.model, self.terms.M, self.terms.h
         nb, rcond = m.n_base, self.options["rcond"]
+        if self.contacts.version != self._active_version:
+            self._on_active_set()
+            self._active_version = self.contacts.version
         J = self.stacked_jacobian()
         self.J = J
-        chol = scipy.linalg.cho_factor(M, lower=True)
-        self.M_inv = scipy.linalg.cho_solve(chol, self._eye_nv)
+        self.M_chol = cholesky(M)  # lower factor: M⁻¹X by chol_solve
+        if self.M_chol is None:
+            raise np.linalg.LinAlgError("mass matrix is not positive definite")
         if J.shape[0]:
-            self.J_pinv = np.linalg.pinv(J, rcond=rcond)
-            self.P = self._eye_nv - self.J_pinv @ J
+            self.J_pinv, self.N = pinv_and_null_space(J, rcond)
+            self.P = self.N @ self.N.T  # = I − J⁺J
             drift = self.stacked_drift()
             self.qdd_c = self.P @ self.qdd_des - self.J_pinv @ drift
-            JMinv = J @ self.M_inv
-            G_pinv = np.linalg.pinv(JMinv @ J.T, rcond=rcond, hermitian=True)
-            self.lam_h = G_pinv @ (JMinv @ h - drift)
-            self.Lam = -G_pinv @ JMinv[:, nb:]
+            Minv_JT = chol_solve(self.M_chol, J.T)
+            rhs = self._rhs[: J.shape[0]]
+            np.matmul(h, Minv_JT, out=rhs[:, 0])
+            rhs[:, 0] -= drift
+            np.negative(Minv_JT[nb:].T, out=rhs[:, 1:])
+            lam = psd_pinv_solve(J @ Minv_JT, rhs, rcond)  # Delassus matrix J M⁻¹ Jᵀ
+            self.lam_h = lam[:, 0]
+            self.Lam = lam[:, 1:]
         else:
             self.J_pinv = np.zeros((m.nv, 0))
+            self.N = self._eye_nv
             self.P = self._eye_nv.copy()
             self.qdd_c = self.qdd_des.copy()
             self.lam_h = np.zeros(0)
             self.Lam = np.zeros((0, m.na))
-        self.tau_md = self.P @ (M @ self.qdd_c + h)
-        # active force contacts (stacked rows) and the joints that move only them (B_f)
-        order = self.contacts.order
-        self.force_active = self.is_force_contact[order]
-        self.force_rows = np.repeat(self.force_active, 3)
-        motion_chain = self.chain[order[~self.force_active]].any(axis=0)
-        self.force_joints = self.chain[order[self.force_active]].any(axis=0) & ~motion_chain
+        self.gen_c = M @ self.qdd_c + h
+        self.tau_md = self.P @ self.gen_c
 
     def _desired_all(self) -> np.ndarray:
         """λ_d for every active contact: desired for force contacts, implicit (eq. 13) else."""
-        order = self.contacts.order
-        lam = self.J_pinv.T @ (self.terms.M @ self.qdd_c + self.terms.h)
-        lam = lam.reshape(-1, 3)
-        lam[self.force_active] = self.lambda_des[order[self.force_active]]
+        lam = (self.J_pinv.T @ self.gen_c).reshape(-1, 3)
+        lam[self.force_active] = self.lambda_des[self.force_order]
         return lam.reshape(-1)
 
     def _apply(self, tau: np.ndarray, lam: np.ndarray | None = None) -> None:
@@ -165,12 +174,12 @@ class _ProjectedForceControl(Formulation):
         self.tau[:] = tau
         if lam is None:
             lam = self.lam_h + self.Lam @ tau
-        gen = -self.terms.h.copy()
+        gen = -self.terms.h
         gen[nb:] += tau
         if lam.size:
             gen += self.J.T @ lam
             self.set_forces(lam)
-        self.qdd[:] = self.M_inv @ gen
+        self.qdd[:] = chol_solve(self.M_chol, gen)
 
 
 class PidcQp(_ProjectedForceControl):
@@ -197,6 +206,8 @@ class PidcQp(_ProjectedForceControl):
         self.qp_motion.C[:] = np.eye(na)
         self.qp_force = QpSolver(na, 0, 5 * k + na, **qp_args)
         self._K = np.zeros((na, na))
+        self._K_blocks = np.zeros((na, na))  # K with its rows ordered (B_m joints, B_f joints)
+        self._free = np.zeros(na)
         self._eye_na = np.eye(na)
         #: inequalities that bind in the last solve (stage I + stage II): at their bound
         #: after a QP; 0 when the unconstrained optima were feasible (fast path)
@@ -216,96 +227,132 @@ class PidcQp(_ProjectedForceControl):
         return self.force_rows
 
     def _tracked_targets(self) -> np.ndarray:
-        order = self.contacts.order
-        return self.lambda_des[order[self.force_active]].reshape(-1)
+        return self.lambda_des[self.force_order].reshape(-1)
+
+    # ---------------------------------------------------------------- active-set caches
+    def _on_active_set(self) -> None:
+        """Joint and row index sets of the two stages; the method hooks are evaluated here."""
+        super()._on_active_set()
+        nb, k = self.model.n_base, self.contacts.size
+        sel = self._motion_joints()
+        self.sel = np.flatnonzero(sel)       # B_m (stage I) joints
+        self.unsel = np.flatnonzero(~sel)    # B_f joints
+        self.sel_block = np.ix_(self.sel, self.sel)
+        self._sel_v, self._unsel_v = nb + self.sel, nb + self.unsel  # their rows of N
+        self.tracked = np.flatnonzero(self._tracked_rows())
+        # K is assembled with its rows grouped (B_m, B_f), then put in joint order
+        self._K_order = np.argsort(np.concatenate((self.sel, self.unsel)))
+        nf = self.unsel.size
+        self._K_blocks[:] = 0.0
+        self._K_blocks[self.sel.size:, :nf] = self._eye_na[:nf, :nf]
+        # friction rows of inactive contacts are unused: C = 0, −∞ ≤ · ≤ ∞
+        qp = self.qp_force
+        qp.C[: 5 * k] = 0.0
+        qp.l[: 5 * k] = -INF
+        qp.u[: 5 * k] = INF
 
     # ---------------------------------------------------------------- the two stages
     def _compute(self):
         m = self.model
         rcond, eps = self.options["rcond"], self.options["regularization"]
         self._project()
-        Q = self.P[:, m.n_base:]  # P B
-        sel = self._motion_joints()
-        Qs = Q[:, sel]
-        Qs_pinv, Ns = _null_space(Qs, rcond)
+        N, sel, unsel = self.N, self.sel, self.unsel
+        ns, nf = sel.size, unsel.size
+        # P B_m = N W (NᵀN = I): (P B_m)⁺ = W⁺Nᵀ, null(P B_m) = null(W)
+        W = N[self._sel_v].T
+        W_pinv, Ns = pinv_and_null_space(W, rcond)
+        y = N.T @ self.tau_md  # τ_m,d in the coordinates N of the motion space
 
         # stage I (eq. 17): motion-space error with the selected joints only
         qp = self.qp_motion
-        qp.H[:] = 0.0
-        qp.H[np.ix_(sel, sel)] = Qs.T @ Qs
-        scale = eps * max(1.0, float(np.max(np.diag(qp.H))))
-        # regularize null(P B_sel) and the unselected joints: the motion stays exact
-        qp.H[np.ix_(sel, sel)] += scale * (Ns @ Ns.T)
-        qp.H[~sel, ~sel] += scale
-        qp.g[:] = 0.0
-        qp.g[sel] = -(Qs.T @ self.tau_md)
         qp.l[:] = -m.tau_max
         qp.u[:] = m.tau_max
-        free = np.zeros(m.na)
-        free[sel] = Qs_pinv @ self.tau_md  # the optimum without limits (regularizer: min-norm)
-        out1, n_active = self._solve_stage(qp, free)
+        free = self._free
+        free[:] = 0.0
+        free[sel] = W_pinv @ y  # the optimum without limits (regularizer: min-norm)
+        out1, n_active = self._solve_stage(qp, free, lambda: self._fill_motion_qp(W, Ns, y))
         tau_I = out1.x.copy()
 
         # stage II (eq. 26): torques K x with P B K = 0 leave the motion of stage I intact
-        K = self._K
-        K[:] = 0.0
-        fj = ~sel  # B_f: completed by the least motion-joint torque cancelling P B_f
-        nf = int(fj.sum())
-        K[np.ix_(fj, np.arange(nf))] = self._eye_na[:nf, :nf]
-        K[np.ix_(sel, np.arange(nf))] = -Qs_pinv @ Q[:, fj]
-        K[np.ix_(sel, np.arange(nf, nf + Ns.shape[1]))] = Ns
+        nk = nf + Ns.shape[1]  # used columns of K (the others stay zero)
+        Kb = self._K_blocks  # B_f completed by the least motion-joint torque cancelling P B_f
+        Kb[:ns, :nf] = -W_pinv @ N[self._unsel_v].T  # −(P B_m)⁺ P B_f
+        Kb[:ns, nf:nk] = Ns
+        Kb[:ns, nk:] = 0.0
+        K = np.take(Kb, self._K_order, axis=0, out=self._K)
         lam_I = self.lam_h + self.Lam @ tau_I
         L = self.Lam @ K
-        rows = self._tracked_rows()
+        rows = self.tracked
         qp = self.qp_force
-        Lg = L[rows]
-        if Lg.shape[0]:
+        if rows.size:
+            Lg = L[rows]
             Jg = self.J[rows]
             A2 = Jg.T @ Lg  # torque-space image of the tracked force error (eq. 25)
             np.matmul(A2.T, A2, out=qp.H)
             qp.g[:] = A2.T @ (Jg.T @ (lam_I[rows] - self._tracked_targets()))
+            Lg_used = Lg[:, :nk]
+            seen = pinv(Lg_used, _RANK_TOL) @ Lg_used  # Lg⁺Lg; zero on the unused columns
         else:
             qp.H[:] = 0.0
             qp.g[:] = 0.0
-        Lg_pinv, _ = _null_space(Lg, _RANK_TOL)
-        scale = eps * max(1.0, float(np.max(np.diag(qp.H))))
-        qp.H += scale * (self._eye_na - Lg_pinv @ Lg)  # only where the tracked forces are blind
+            seen = np.zeros((nk, nk))
+        scale = eps * max(1.0, float(qp.H.diagonal().max()))
+        # + scale (I − Lg⁺Lg): only where the tracked forces are blind
+        qp.H += scale * self._eye_na
+        qp.H[:nk, :nk] -= scale * seen
         self._fill_inequalities(qp, L, lam_I, tau_I)
-        x_free = np.linalg.solve(qp.H, -qp.g) if self.options["fast_path"] else None
+        x_free = solve_pd(qp.H, -qp.g) if self.options["fast_path"] else None
         out2, n_binding = self._solve_stage(qp, x_free)
         x = out2.x
         self.n_active_inequalities = n_active + n_binding
         self._apply(tau_I + K @ x, lam_I + L @ x)
 
-        status = max((out1.status, out2.status), key=lambda s: _STATUS_RANK.get(s, 3))
+        status = max(out1.status, out2.status, key=lambda s: _STATUS_RANK.get(s, 3))
         return status, out1.iterations + out2.iterations, out1.solve_time_s + out2.solve_time_s
 
-    def _solve_stage(self, qp: QpSolver, x_free: np.ndarray | None) -> tuple[QpOutcome, int]:
+    def _fill_motion_qp(self, W: np.ndarray, Ns: np.ndarray, y: np.ndarray) -> None:
+        """Stage-I cost ‖P B_m τ − τ_m,d‖², regularized on null(P B_m) and the B_f joints."""
+        qp, eps = self.qp_motion, self.options["regularization"]
+        qp.H[:] = 0.0
+        qp.H[self.sel_block] = W.T @ W  # (P B_m)ᵀ P B_m
+        scale = eps * max(1.0, float(qp.H.diagonal().max()))
+        # regularize null(P B_m) and the unselected joints: the motion stays exact
+        qp.H[self.sel_block] += scale * (Ns @ Ns.T)
+        qp.H[self.unsel, self.unsel] += scale
+        qp.g[:] = 0.0
+        qp.g[self.sel] = -(W.T @ y)  # −(P B_m)ᵀ τ_m,d
+
+    def _solve_stage(self, qp: QpSolver, x_free: np.ndarray | None,
+                     assemble=None) -> tuple[QpOutcome, int]:
         """The QP, or its unconstrained optimum when that already meets every inequality.
 
-        Returns the outcome and the number of inequalities at their bound (0 when none binds).
+        ``assemble`` fills the QP's cost when it has to be solved (the fast path does not
+        need it). Returns the outcome and the number of inequalities at their bound (0
+        when none binds).
         """
         if self.options["fast_path"] and x_free is not None:
             Cx = qp.C @ x_free
             if (Cx <= qp.u).all() and (Cx >= qp.l).all():
                 return QpOutcome(x_free, np.zeros(0), np.zeros(qp.n_in), SOLVED, 0, 0.0), 0
+        if assemble is not None:
+            assemble()
         out = qp.solve()
         return out, self._count_active(qp, out.x)
 
     def _fill_inequalities(self, qp: QpSolver, L, lam_I, tau_I) -> None:
-        """Friction pyramids of all active contacts (21, 23) and torque limits (24)."""
-        c = self.contacts
-        k = c.size
-        qp.C[: 5 * k] = 0.0
-        qp.l[: 5 * k] = -INF
-        qp.u[: 5 * k] = INF
-        for p, i in enumerate(c.order):
-            D = c.friction_rows[i]
-            qp.C[5 * i: 5 * i + 5] = D @ L[3 * p: 3 * p + 3]
-            qp.u[5 * i: 5 * i + 5] = -(D @ lam_I[3 * p: 3 * p + 3])
+        """Friction pyramids of the active contacts (21, 23) and torque limits (24).
+
+        Rows of inactive contacts were cleared when the contact set changed.
+        """
+        c, na = self.contacts, self.model.na
+        k, order = c.size, c.order
+        D = c.friction_rows[order]  # (n, 5, 3), read every tick: set_friction takes effect
+        n = order.size
+        qp.C[: 5 * k].reshape(k, 5, na)[order] = D @ L.reshape(n, 3, na)
+        qp.u[: 5 * k].reshape(k, 5)[order] = -(D @ lam_I.reshape(n, 3, 1))[:, :, 0]
         qp.C[5 * k:] = self._K
-        qp.l[5 * k:] = -self.model.tau_max - tau_I
-        qp.u[5 * k:] = self.model.tau_max - tau_I
+        np.subtract(-self.model.tau_max, tau_I, out=qp.l[5 * k:])
+        np.subtract(self.model.tau_max, tau_I, out=qp.u[5 * k:])
 
     @staticmethod
     def _count_active(qp: QpSolver, x: np.ndarray) -> int:
@@ -325,7 +372,7 @@ class PidcQpHowsm(PidcQp):
         return np.ones(self.model.na, dtype=bool)
 
     def _tracked_rows(self):
-        return np.ones(self.J.shape[0], dtype=bool)
+        return np.ones(3 * self.contacts.n_active, dtype=bool)
 
     def _tracked_targets(self):
         return self._desired_all()
@@ -336,21 +383,20 @@ class Pidcwcu(_ProjectedForceControl):
 
     name = "pidcwcu"
 
-    def __init__(self, model, *, dt=1e-3, **options):
-        super().__init__(model, dt=dt, **options)
-        self._B_sq = np.zeros((model.nv, model.nv))  # the square selection matrix of eq. 14
-        self._B_sq[model.n_base:, model.n_base:] = np.eye(model.na)
-
     def _compute(self):
-        m, M, h = self.model, self.terms.M, self.terms.h
-        nb, rcond, B_sq = m.n_base, self.options["rcond"], self._B_sq
+        nb, rcond = self.model.n_base, self.options["rcond"]
         self._project()
+        N = self.N
         I_P = self._eye_nv - self.P
         # eq. 11 (no external disturbance): M̄(τ_m,d − Ph + Ṗq̇) = M q̈_c
-        tau_cd = I_P @ (M @ self.qdd_c + h) - self.J.T @ self._desired_all()
-        Z = (self._eye_nv - B_sq) @ I_P
-        gen = (np.linalg.pinv(self.P @ B_sq, rcond=rcond) @ self.tau_md
-               + (self._eye_nv - np.linalg.pinv(Z, rcond=rcond)) @ (I_P @ tau_cd))
+        tau_cd = I_P @ self.gen_c - self.J.T @ self._desired_all()
+        # B τ = (P B)⁺ τ_m,d + (I − Z⁺)(I − P) τ_c,d with B = [0; I], Z = (I − B)(I − P)
+        w = I_P @ tau_cd
+        gen = w.copy()
+        # P B = N [0, N_jᵀ] (NᵀN = I, N_j the joint rows of N): (P B)⁺ = [0; (N_jᵀ)⁺ Nᵀ]
+        gen[nb:] += pinv(N[nb:].T, rcond) @ (N.T @ self.tau_md)
+        if nb:  # Z keeps the base rows of I − P: Z⁺ = [(I − P)_b⁺, 0]
+            gen -= pinv(I_P[:nb], rcond) @ w[:nb]
         # base rows of gen vanish (realizable); the forces follow from the dynamics
         self._apply(gen[nb:])
         return SOLVED, 0, 0.0

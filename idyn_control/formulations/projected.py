@@ -7,13 +7,23 @@ motion space: τ = (P Sᵀ)⁺ P (M q̈ + h). Contact forces are implicit (τ_c 
 the resulting q̈ are recovered by constrained forward dynamics, so the dynamics hold
 exactly even when the contacts cannot balance the base (then q̈ differs from the
 projected desired one).
+
+Computation: one QR of Jᵀ gives J⁺ and an orthonormal basis N of null(J), P = N Nᵀ, so
+P Sᵀ = N N_jᵀ (N_j the joint rows of N) and τ = (N_jᵀ)⁺ Nᵀ (M q̈ + h): the pseudo-inverse
+of a d × na matrix (d = dim null(J)) instead of an nv × na least-squares problem.
+:mod:`idyn_control.linalg` falls back to the SVD when a matrix is rank-deficient or
+ill-conditioned, so the rank decisions (``rcond``) are those of the SVD.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..linalg import chol_solve, cholesky, cholesky_well_conditioned, pinv, pinv_and_null_space, solve_pd
 from .base import Formulation
+
+#: cut-off of Formulation.constrained_forward_dynamics's least squares on J M⁻¹ Jᵀ
+_DELASSUS_RCOND = 1e-10
 
 
 class Projected(Formulation):
@@ -22,19 +32,43 @@ class Projected(Formulation):
 
     def _compute(self):
         m, M, h = self.model, self.terms.M, self.terms.h
-        nv, nb = m.nv, m.n_base
+        nb = m.n_base
         rcond = self.options["rcond"]
         J = self.stacked_jacobian()
         qdd = self.qdd_des.copy()
         if J.shape[0]:
-            J_pinv = np.linalg.pinv(J, rcond=rcond)
-            P = np.eye(nv) - J_pinv @ J
-            qdd = P @ qdd - J_pinv @ self.stacked_drift()
-            PST = P[:, nb:]
-            self.tau[:] = np.linalg.lstsq(PST, P @ (M @ qdd + h), rcond=rcond)[0]
+            J_pinv, N = pinv_and_null_space(J, rcond)  # P = N Nᵀ
+            qdd = N @ (N.T @ qdd) - J_pinv @ self.stacked_drift()
+            # (P Sᵀ)⁺ P = (N_jᵀ)⁺ Nᵀ since NᵀN = I
+            self.tau[:] = pinv(N[nb:].T, rcond) @ (N.T @ (M @ qdd + h))
         else:
             if nb:
-                qdd[:nb] = np.linalg.solve(M[:nb, :nb], -(M[:nb, nb:] @ qdd[nb:] + h[:nb]))
+                qdd[:nb] = solve_pd(M[:nb, :nb], -(M[:nb, nb:] @ qdd[nb:] + h[:nb]))
             self.tau[:] = (M @ qdd + h)[nb:]
-        self.constrained_forward_dynamics(self.tau)
+        self._forward_dynamics(J)
         return "solved", 0, 0.0
+
+    def _forward_dynamics(self, J: np.ndarray) -> None:
+        """:meth:`constrained_forward_dynamics` of ``self.tau`` through Cholesky factors.
+
+        M and the Delassus matrix G = J M⁻¹ Jᵀ are factorized once each; when G is
+        singular or ill-conditioned the base class's least squares runs instead.
+        """
+        M_chol = cholesky(self.terms.M)
+        if M_chol is None:
+            self.constrained_forward_dynamics(self.tau)
+            return
+        rhs = -self.terms.h
+        rhs[self.model.n_base:] += self.tau
+        if not J.shape[0]:
+            self.qdd[:] = chol_solve(M_chol, rhs)
+            return
+        Minv_JT = chol_solve(M_chol, J.T)
+        Minv_rhs = chol_solve(M_chol, rhs)
+        G_chol = cholesky_well_conditioned(J @ Minv_JT, _DELASSUS_RCOND)
+        if G_chol is None:
+            self.constrained_forward_dynamics(self.tau)
+            return
+        f = chol_solve(G_chol, -self.stacked_drift() - J @ Minv_rhs)
+        self.qdd[:] = Minv_rhs + Minv_JT @ f
+        self.set_forces(f)

@@ -22,7 +22,8 @@ base acceleration follows from the base rows as in ID(t_{i−1}); in between it 
 nearest to q̈_des,b (metric M_bb) that the measured forces allow. The KKT system is
 factorized with SuperLU; its row and column permutations are computed once per layout
 (at construction, or when the set of active contacts changes), as Nori proposes, and
-reused every tick without pivot search. A tick whose factorization is then inaccurate is
+reused every tick without pivot search; the sparse matrix is built once per layout and its
+values refilled in place. A tick whose factorization is then inaccurate is
 refactorized with partial pivoting (counted in ``refactorizations``); at a pose where the
 system is singular the minimum-norm solution is returned with status ``"failed"``.
 
@@ -49,6 +50,7 @@ import scipy.sparse.linalg
 from ..contacts import ContactSet
 from ..dynamics import DynamicsTerms
 from ..errors import ConfigError, ShapeError
+from ..linalg import solve_pd
 from ..qp import FAILED, SOLVED
 from .base import Formulation, check_vector
 
@@ -79,9 +81,8 @@ class _Layout:
     inv_r: np.ndarray        # offline row permutation (inverse)
     inv_c: np.ndarray        # offline column permutation (inverse)
     perm_c: np.ndarray
-    gather: tuple[np.ndarray, np.ndarray]  # (row, col) of each CSC entry in the dense buffer
-    indices: np.ndarray
-    indptr: np.ndarray
+    gather: np.ndarray       # flat index in the dense buffer of each CSC entry
+    A: scipy.sparse.csc_matrix  # the permuted KKT matrix; its data refilled every tick
     K: np.ndarray            # dense buffer, refilled every tick
     rhs: np.ndarray
 
@@ -114,6 +115,7 @@ class Sensed(Formulation):
                     rows.add(pm.joints[jid].idx_v)
             self._chain_rows.append(np.array(sorted(rows), dtype=int))
         self._checker: tuple[DynamicsTerms, ContactSet] | None = None
+        self._active_layout: tuple[int, _Layout] | None = None  # (contacts.version, layout)
         self._configure()
 
     # ------------------------------------------------------------------ options
@@ -149,6 +151,7 @@ class Sensed(Formulation):
             self.assumed_zero[:, :2] = ~self.measured[:, :2]
         self.known = self.measured | self.assumed_zero
         self._layouts: dict[bytes, _Layout] = {}
+        self._active_layout = None
         if not self.full_sensing:
             self._layout(np.ones(k, dtype=bool))  # the configured layout, all contacts touching
 
@@ -231,7 +234,7 @@ class Sensed(Formulation):
         self.qdd[:] = self.qdd_des
         if nb:
             rhs = J[:, :nb].T @ f - h[:nb] - M[:nb, nb:] @ self.qdd[nb:]
-            self.qdd[:nb] = np.linalg.solve(M[:nb, :nb], rhs)
+            self.qdd[:nb] = solve_pd(M[:nb, :nb], rhs)
         self.torque_from_dynamics(self.qdd, f)
         self.set_forces(f)
 
@@ -239,7 +242,9 @@ class Sensed(Formulation):
         """The sparse KKT system of the current layout (seed 002 §VI)."""
         m, M, h, c = self.model, self.terms.M, self.terms.h, self.contacts
         nb, na = m.n_base, m.na
-        lay = self._layout(c.active)
+        if self._active_layout is None or self._active_layout[0] != c.version:
+            self._active_layout = (c.version, self._layout(c.active))
+        lay = self._active_layout[1]
         self._fill_kkt(lay, self.terms, c)
         # known part of the forces: measured components, assumed zeros excluded
         f_known = np.einsum("kij,kj->ki", c.basis, self.forces_used)
@@ -273,9 +278,8 @@ class Sensed(Formulation):
         for offline in (True, False):
             try:
                 if offline:
-                    A = scipy.sparse.csc_matrix((lay.K[lay.gather], lay.indices, lay.indptr),
-                                                shape=(lay.size, lay.size))
-                    lu = scipy.sparse.linalg.splu(A, permc_spec="NATURAL", diag_pivot_thresh=0.0)
+                    np.take(lay.K, lay.gather, out=lay.A.data)
+                    lu = scipy.sparse.linalg.splu(lay.A, permc_spec="NATURAL", diag_pivot_thresh=0.0)
                     x = lu.solve(b[lay.inv_r])[lay.perm_c]
                 else:
                     self.refactorizations += 1
@@ -337,8 +341,7 @@ class Sensed(Formulation):
             pattern[nx + self._chain_rows[i], nb + na + u] = True
         pattern[:nx, nx:] = pattern[nx:, :nx].T
         lay = _Layout(unknown=unknown, nx=nx, size=size, inv_r=np.zeros(0, int), inv_c=np.zeros(0, int),
-                      perm_c=np.zeros(0, int), gather=(np.zeros(0, int), np.zeros(0, int)),
-                      indices=np.zeros(0, int), indptr=np.zeros(0, int),
+                      perm_c=np.zeros(0, int), gather=np.zeros(0, int), A=scipy.sparse.csc_matrix((size, size)),
                       K=np.zeros((size, size)), rhs=np.zeros(size))
         lay.K[nx + nb + j, nb + j] = -1.0  # −Sᵀ, constant
         lay.K[nb + j, nx + nb + j] = -1.0
@@ -353,9 +356,10 @@ class Sensed(Formulation):
         lay.perm_c = lu.perm_c.copy()
         permuted = pattern[lay.inv_r][:, lay.inv_c]
         cols, rows = np.nonzero(permuted.T)  # CSC order: by column, then row
-        lay.gather = (lay.inv_r[rows], lay.inv_c[cols])
-        lay.indices = rows.astype(np.int32)
-        lay.indptr = np.concatenate(([0], np.cumsum(permuted.sum(axis=0)))).astype(np.int32)
+        lay.gather = np.ravel_multi_index((lay.inv_r[rows], lay.inv_c[cols]), (size, size))
+        indptr = np.concatenate(([0], np.cumsum(permuted.sum(axis=0))))
+        lay.A = scipy.sparse.csc_matrix((lay.K.flat[lay.gather], rows.astype(np.int32), indptr.astype(np.int32)),
+                                        shape=(size, size))
         self._layouts[key] = lay
         return lay
 
