@@ -19,8 +19,12 @@ import numpy as np
 from ..contacts import ContactSet
 from ..dynamics import DynamicsTerms
 from ..errors import ConfigError, NonFiniteError, ShapeError
+from ..linalg import chol_solve, cholesky, cholesky_well_conditioned
 from ..model import RobotModel
 from ..qp import SOLVED
+
+#: relative cut-off on the Delassus matrix J M⁻¹ Jᵀ (redundant contact constraints)
+_DELASSUS_RCOND = 1e-10
 
 
 @dataclass(frozen=True)
@@ -219,19 +223,28 @@ class Formulation(ABC):
         """q̈ and f that ``tau`` produces with the active contacts held (bilateral).
 
         Solves [M −Jᵀ; J 0][q̈; f] = [Sᵀτ − h; −J̇v]; writes ``self.qdd`` and
-        ``self.forces``. Redundant contact constraints are handled by least squares.
+        ``self.forces``. M and the Delassus matrix G = J M⁻¹ Jᵀ are factorized by
+        Cholesky; redundant or ill-conditioned contact constraints (G singular) fall
+        back to least squares.
         """
         m, M, h = self.model, self.terms.M, self.terms.h
-        rhs = -h.copy()
+        rhs = -h
         rhs[m.n_base:] += tau
         J = self.stacked_jacobian()
+        M_chol = cholesky(M)
+        if M_chol is None:  # not positive definite: only a broken model gets here
+            solve = lambda b: np.linalg.lstsq(M, b, rcond=None)[0]  # noqa: E731
+        else:
+            solve = lambda b: chol_solve(M_chol, b)  # noqa: E731
         if J.shape[0] == 0:
-            self.qdd[:] = np.linalg.solve(M, rhs)
+            self.qdd[:] = solve(rhs)
             return
-        Minv_JT = np.linalg.solve(M, J.T)
-        Minv_rhs = np.linalg.solve(M, rhs)
-        G = J @ Minv_JT  # contact-space inverse inertia (Delassus)
-        f = np.linalg.lstsq(G, -self.stacked_drift() - J @ Minv_rhs, rcond=1e-10)[0]
+        Minv_JT = solve(J.T)
+        Minv_rhs = solve(rhs)
+        G = J @ Minv_JT
+        b = -self.stacked_drift() - J @ Minv_rhs
+        G_chol = cholesky_well_conditioned(G, _DELASSUS_RCOND)
+        f = chol_solve(G_chol, b) if G_chol is not None else np.linalg.lstsq(G, b, rcond=_DELASSUS_RCOND)[0]
         self.qdd[:] = Minv_rhs + Minv_JT @ f
         self.set_forces(f)
 

@@ -19,12 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..linalg import chol_solve, cholesky, cholesky_well_conditioned, pinv, pinv_and_null_space, solve_pd
+from ..linalg import pinv, pinv_and_null_space, solve_pd
 from .base import Formulation
-
-#: cut-off of Formulation.constrained_forward_dynamics's least squares on J M⁻¹ Jᵀ
-_DELASSUS_RCOND = 1e-10
-
 
 class Projected(Formulation):
     name = "projected"
@@ -45,30 +41,5 @@ class Projected(Formulation):
             if nb:
                 qdd[:nb] = solve_pd(M[:nb, :nb], -(M[:nb, nb:] @ qdd[nb:] + h[:nb]))
             self.tau[:] = (M @ qdd + h)[nb:]
-        self._forward_dynamics(J)
+        self.constrained_forward_dynamics(self.tau)
         return "solved", 0, 0.0
-
-    def _forward_dynamics(self, J: np.ndarray) -> None:
-        """:meth:`constrained_forward_dynamics` of ``self.tau`` through Cholesky factors.
-
-        M and the Delassus matrix G = J M⁻¹ Jᵀ are factorized once each; when G is
-        singular or ill-conditioned the base class's least squares runs instead.
-        """
-        M_chol = cholesky(self.terms.M)
-        if M_chol is None:
-            self.constrained_forward_dynamics(self.tau)
-            return
-        rhs = -self.terms.h
-        rhs[self.model.n_base:] += self.tau
-        if not J.shape[0]:
-            self.qdd[:] = chol_solve(M_chol, rhs)
-            return
-        Minv_JT = chol_solve(M_chol, J.T)
-        Minv_rhs = chol_solve(M_chol, rhs)
-        G_chol = cholesky_well_conditioned(J @ Minv_JT, _DELASSUS_RCOND)
-        if G_chol is None:
-            self.constrained_forward_dynamics(self.tau)
-            return
-        f = chol_solve(G_chol, -self.stacked_drift() - J @ Minv_rhs)
-        self.qdd[:] = Minv_rhs + Minv_JT @ f
-        self.set_forces(f)
