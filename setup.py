@@ -45,6 +45,9 @@ setup(
     entry_points={
         "console_scripts": [
             "idyn-control = idyn_control.cli:main",
+            "idyn_controller = idyn_control.ros.controller_node:main",
+            "idyn_sim = idyn_control.ros.sim_bridge_node:main",
+            "idyn_gait_controller = idyn_control.ros.gait_controller_node:main",
         ],
     },
 )

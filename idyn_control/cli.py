@@ -2,6 +2,7 @@
 
     idyn-control solve --robot solo12 --formulation qp_coulomb
     idyn-control bench --formulations qp_coulomb,wbc_qp --ticks 10000 --json results/bench.json
+    idyn-control check-config config/solo12.yaml
 """
 
 from __future__ import annotations
@@ -70,6 +71,35 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_check_config(args) -> int:
+    """Validate a controller-node parameter file without ROS (idyn_control.config)."""
+    from . import config
+
+    params = config.load_params_file(args.file, node_name=args.node)
+    problems = config.validate(params, check_model=not args.no_model)
+    for problem in problems:
+        print(f"{args.file}: {problem}", file=sys.stderr)
+    if problems:
+        print(f"{args.file}: {len(problems)} problem(s)", file=sys.stderr)
+        return 1
+    settings = config.resolve(params)
+    source = settings["robot"] or settings["urdf_path"] or "robot_description"
+    print(f"{args.file}: OK ({len(params)} parameters; {source}, formulation {settings['formulation']}, "
+          f"{settings['update_rate']:g} Hz)")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from . import demo
+
+    opts = demo.DemoOptions(robot=args.robot, formulation=args.formulation, duration=args.duration,
+                            speed=args.speed, ros=not args.no_ros, out=args.out, friction=args.friction,
+                            compliant=args.compliant)
+    report = demo.run(opts, log=lambda m: print(m, flush=True))
+    m = report["metrics"]
+    return 1 if m.get("fell") or m.get("failure") else 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="idyn-control", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -97,6 +127,25 @@ def main(argv=None) -> int:
                    help="PlaCo peer: auto = if its venv exists, on = create it (bench/setup_peer.sh)")
     p.add_argument("--json", help="write the machine-readable report here")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("check-config", help="validate a controller-node YAML (ROS 2 params file) without ROS")
+    p.add_argument("file", help="e.g. config/solo12.yaml")
+    p.add_argument("--node", default="idyn_controller", help="node name whose section is checked")
+    p.add_argument("--no-model", action="store_true", help="skip loading the URDF (keys, types, ranges only)")
+    p.set_defaults(func=cmd_check_config)
+
+    p = sub.add_parser("demo", help="quadruped in MuJoCo through ROS 2: stand up, trot, stop; "
+                                     "report, MCAP and plot")
+    p.add_argument("--robot", default="quadruped", choices=[n for n in robots.names()
+                                                            if robots.spec(n).contact_frames])
+    p.add_argument("--formulation", default="wbc_qp", help=", ".join(formulations.names()))
+    p.add_argument("--duration", type=float, default=10.0, help="trot duration [s, simulated]")
+    p.add_argument("--speed", type=float, default=0.2, help="forward speed command [m/s]")
+    p.add_argument("--friction", type=float, default=0.7, help="ground μ (inf = no slip)")
+    p.add_argument("--compliant", action="store_true", help="compliant ground (≈1 mm at rest)")
+    p.add_argument("--no-ros", action="store_true", help="lock-step in one process, no ROS")
+    p.add_argument("--out", default="results/demo", help="output directory")
+    p.set_defaults(func=cmd_demo)
 
     args = parser.parse_args(argv)
     if getattr(args, "friction", 0) is None:

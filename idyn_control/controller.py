@@ -232,7 +232,9 @@ class Controller:
                 b[r] = acc - cs.drift[i]
                 w[r] = c.swing_weight
             elif contact_mask[i]:
-                b[r] = -cs.drift[i]
+                # a planted foot's reference is rest: damp what velocity it has (touchdown,
+                # slip) instead of keeping it, as TSID's contact task does
+                b[r] = -cs.drift[i] - c.foot_kd * (cs.J[i] @ v)
                 w[r] = c.stance_weight
         # posture
         r = slice(6 + 3 * cs.size, 6 + 3 * cs.size + na)
@@ -251,7 +253,10 @@ class Controller:
         mask = np.asarray(contact_mask, dtype=bool)
         if mask.shape != (len(m.contacts),):
             raise ShapeError("contact_mask", mask.shape, (len(m.contacts),))
-        active = tuple(frame for frame, on in zip(m.contact_frames, mask) if on)
+        # a foot the gait swings is lifted, not held, even while it still touches: the
+        # kinematic layer tracks its swing reference, so the formulation must not also
+        # hold it as a contact (bilateral formulations would pin it to the ground)
+        active = tuple(frame for frame, on, swing in zip(m.contact_frames, mask, self.swing) if on and not swing)
         f.prepare(q, v, active)  # one Pinocchio pass serves the kinematic layer and the solve
         try:
             result = f.solve_prepared(self.desired_acceleration(f.terms.q, f.terms.v, mask))

@@ -1,0 +1,358 @@
+"""End-to-end timing of the controller node through real DDS, one run per loop design.
+
+    /work/venv/bin/python bench/ros_loop.py 60 --rounds 3 --json results/ros_loop.json
+
+For each ``loop_mode`` (deadline, thread, events, timer, triggered) it starts the node in its own
+process (``python -m idyn_control.ros.controller_node`` with a robot YAML) and, in this
+process, a 1 kHz publisher of /joint_states, /odom and ~/contact_states (Solo12 standing)
+plus subscribers, all in one thread (publishing from the spin loop: no GIL hand-offs
+that would distort receive times). Each JointState carries its send time
+(CLOCK_MONOTONIC, shared by all processes of the machine) in ``header.stamp``; the node
+stamps ``~/state`` with the stamp of the input it used and publishes it right after the
+command (``monitor_rate_hz`` = update rate for the run), so
+
+- latency = receive time of ``~/state`` here − send time of the JointState it was computed
+  from: /joint_states publish → DDS → node → command publish → ``~/state`` publish → DDS →
+  here. An upper bound of "joint state in → command out". ``~/state`` is subscribed best
+  effort, depth 1, so a receiver backlog is dropped rather than counted as latency.
+- one-hop floor = publish → receive of the bench's own /joint_states in this process: what
+  one DDS hop into a Python callback costs under the same load (the path above has two).
+- command period jitter = deviation of the command inter-arrival times from 1/rate.
+- receiver gaps = command inter-arrival gaps > 1.5 periods (slots lost as seen here).
+- node deadline misses, tick compute time and start lateness come from the node's
+  /diagnostics (its own monotonic clock; see idyn_control.ros.loop_stats).
+
+The first ``--warmup`` seconds of every run are discarded. ``--rounds R`` interleaves the
+designs in R rounds so that load drift on a shared machine hits all of them alike.
+``<mode>@<prio>`` runs a design with ``loop_priority`` (SCHED_FIFO), as on a robot.
+Numbers depend on the machine and its load: the JSON names the machine and records the
+load average and the time of ``Controller.update`` alone before each round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+MODES = ("deadline", "thread", "events", "timer", "triggered")  # "<mode>@<prio>" adds SCHED_FIFO priority
+
+
+def percentiles(x, ps=(50, 99, 99.9)):
+    x = np.asarray(x, dtype=float)
+    if x.size == 0:
+        return {}
+    out = {f"p{p:g}": float(np.percentile(x, p)) for p in ps}
+    out["max"] = float(x.max())
+    out["mean"] = float(x.mean())
+    out["n"] = int(x.size)
+    return out
+
+
+class Feeder:
+    """Publishes the robot's state at ``rate`` Hz and records what comes back."""
+
+    def __init__(self, node, robot: str, rate: float):
+        from nav_msgs.msg import Odometry
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from sensor_msgs.msg import JointState
+        from std_msgs.msg import Float64MultiArray
+        from diagnostic_msgs.msg import DiagnosticArray
+
+        from idyn_control import robots
+
+        model = robots.load(robot)
+        q = robots.standing_configuration(model, robot)
+        self.node, self.period = node, 1.0 / rate
+        self.js = JointState()
+        self.js.name = list(model.joint_names)
+        self.js.position = [float(q[i]) for i in model.joint_q_index]
+        self.js.velocity = [0.0] * model.na
+        self.odom = Odometry()
+        self.odom.header.frame_id, self.odom.child_frame_id = "odom", "base_link"
+        p, o = self.odom.pose.pose.position, self.odom.pose.pose.orientation
+        p.x, p.y, p.z = (float(v) for v in q[:3])
+        o.x, o.y, o.z, o.w = (float(v) for v in q[3:7])
+        self.contacts = Float64MultiArray(data=[1.0] * len(model.contacts))
+        best_effort = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)
+        self.pub_js = node.create_publisher(JointState, "/joint_states", best_effort)
+        self.pub_odom = node.create_publisher(Odometry, "/odom", best_effort)
+        self.pub_contacts = node.create_publisher(Float64MultiArray, "/idyn_controller/contact_states", best_effort)
+        reliable = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+        self.latency_ns: list[int] = []
+        self.cmd_times_ns: list[int] = []
+        self.diagnostics: dict[str, str] = {}
+        self.recording = False
+        self.sent = 0
+        self.commands_seen = 0
+        self._k = 0
+        self._next = time.monotonic()
+        # best effort, depth 1: a receiver that falls behind drops samples instead of queueing
+        # them, so its backlog never shows up as controller latency
+        node.create_subscription(JointState, "/idyn_controller/state", self._on_state, best_effort)
+        # the measurement floor: our own /joint_states, one DDS hop into this process
+        self.hop_ns: list[int] = []
+        node.create_subscription(JointState, "/joint_states", self._on_own_joint_state, best_effort)
+        node.create_subscription(Float64MultiArray, "/effort_controller/commands", self._on_cmd, reliable)
+        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, reliable)
+
+    def _on_state(self, msg):
+        now = time.monotonic_ns()
+        stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        if self.recording and stamp > 0:
+            self.latency_ns.append(now - stamp)
+
+    def _on_own_joint_state(self, msg):
+        now = time.monotonic_ns()
+        if self.recording:
+            self.hop_ns.append(now - (msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec))
+
+    def _on_cmd(self, msg):
+        self.commands_seen += 1
+        if self.recording:
+            self.cmd_times_ns.append(time.monotonic_ns())
+
+    def _on_diag(self, msg):
+        for status in msg.status:
+            if status.name.startswith("idyn_controller"):
+                self.diagnostics = {kv.key: kv.value for kv in status.values}
+
+    def publish_due(self) -> float:
+        """Publish if the next send time has come; return the time of the next one."""
+        now = time.monotonic()
+        if now >= self._next:
+            now_ns = time.monotonic_ns()
+            sec, nsec = divmod(now_ns, 1_000_000_000)
+            if self._k % 2 == 0:  # odometry and contacts at 500 Hz, like a typical estimator
+                self.odom.header.stamp.sec, self.odom.header.stamp.nanosec = sec, nsec
+                self.pub_odom.publish(self.odom)
+                self.pub_contacts.publish(self.contacts)
+            self.js.header.stamp.sec, self.js.header.stamp.nanosec = sec, nsec
+            self.pub_js.publish(self.js)  # its stamp is the send time
+            self.sent += 1
+            self._k += 1
+            self._next += self.period
+            if now - self._next > 0.1:  # fell far behind (machine stalled): re-anchor
+                self._next = now + self.period
+        return self._next
+
+
+def core_compute_reference(params: str, formulation: str = "", ticks: int = 1500) -> dict:
+    """Controller.update alone, in this process, right now: the load-dependent floor of a tick."""
+    from idyn_control import config, robots
+    from idyn_control.controller import Controller
+
+    values = config.load_params_file(params)
+    if formulation:
+        values["formulation"] = formulation
+    settings = config.resolve(values)
+    model = config.build_model(settings)
+    ctrl = Controller(model, config.controller_config(settings, model))
+    robot = settings["robot"]
+    q = robots.standing_configuration(model, robot) if robot else model.neutral()
+    v, mask = np.zeros(model.nv), np.ones(len(model.contacts), dtype=bool)
+    ctrl.reset(q, v)
+    times = []
+    for _ in range(ticks):
+        t = time.perf_counter()
+        ctrl.update(q, v, mask)
+        times.append(time.perf_counter() - t)
+    return percentiles(np.array(times[100:]) * 1e6, (50, 99))
+
+
+def run_mode(mode: str, args, env, seconds: float) -> dict:
+    """One round of one design: raw samples and node counters over ``seconds``."""
+    import rclpy
+    from rclpy.experimental import EventsExecutor
+
+    core_ref = core_compute_reference(args.params, args.formulation)
+    loop_mode, _, priority = mode.partition("@")  # "thread@80": SCHED_FIFO priority 80
+    cmd = [sys.executable, "-m", "idyn_control.ros.controller_node", "--ros-args",
+           "--params-file", str(args.params), "-p", f"loop_mode:={loop_mode}",
+           "-p", f"loop_priority:={int(priority or 0)}",
+           "-p", f"monitor_rate_hz:={args.rate}", "-p", "diagnostics_rate_hz:=2.0",
+           "-p", f"update_rate:={args.rate}"]
+    if args.formulation:
+        cmd += ["-p", f"formulation:={args.formulation}"]
+    log = open(Path(args.json).with_suffix(f".{mode.replace('@', '_fifo')}.log"), "w")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=int(env["ROS_DOMAIN_ID"]))
+    node = rclpy.create_node("ros_loop_bench", context=context)
+    executor = EventsExecutor(context=context)
+    executor.add_node(node)
+    feeder = Feeder(node, args.robot, args.rate)
+    def spin_for(seconds: float) -> None:
+        """Publish and receive in this one thread (no GIL hand-offs distorting receive times)."""
+        end = time.monotonic() + seconds
+        while True:
+            next_pub = feeder.publish_due()
+            now = time.monotonic()
+            if now >= end:
+                return
+            executor.spin_once(timeout_sec=max(0.0, min(next_pub, end) - now))
+
+    try:
+        started = time.monotonic()
+        while feeder.commands_seen == 0 or not feeder.diagnostics:  # node up and commanding
+            spin_for(0.1)
+            if time.monotonic() - started > 60.0 or proc.poll() is not None:
+                raise RuntimeError(f"node ({mode}) did not command within 60 s; see its log")
+        spin_for(args.warmup)
+        diag_start = dict(feeder.diagnostics)
+        sent_start = feeder.sent
+        feeder.recording = True
+        spin_for(seconds)
+        feeder.recording = False
+        sent = feeder.sent - sent_start
+        spin_for(1.2)  # one more /diagnostics message
+        diag_end = dict(feeder.diagnostics)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.shutdown(context=context)
+        log.close()
+
+    times = np.asarray(feeder.cmd_times_ns, dtype=float) / 1e9
+
+    def num(d, key):
+        try:
+            return float(d[key])
+        except (KeyError, ValueError):
+            return 0.0 if d is diag_start else float("nan")
+
+    return {
+        "latency_us": np.asarray(feeder.latency_ns, dtype=float) / 1e3,
+        "one_hop_us": np.asarray(feeder.hop_ns, dtype=float) / 1e3,
+        "gaps_s": np.diff(times) if times.size > 1 else np.zeros(0),
+        "commands": int(times.size), "sent": sent, "seconds": seconds,
+        "ticks": num(diag_end, "ticks") - num(diag_start, "ticks"),
+        "misses": num(diag_end, "deadline_misses") - num(diag_start, "deadline_misses"),
+        "skipped": num(diag_end, "skipped_slots") - num(diag_start, "skipped_slots"),
+        "compute_p50_us": num(diag_end, "compute_p50_us"),
+        "compute_p99_us": num(diag_end, "compute_p99_us"),
+        "compute_max_us": num(diag_end, "compute_max_us"),
+        "start_late_p99_us": num(diag_end, "start_late_p99_us"),
+        "watchdog_trips": num(diag_end, "watchdog_trips"),
+        "last_source": diag_end.get("last_source"),
+        "loadavg_1min": os.getloadavg()[0],
+        "core_update_us": core_ref,
+    }
+
+
+def summarize(mode: str, rounds: list[dict], rate: float) -> dict:
+    """One design's rounds → the reported numbers (samples pooled, counters summed)."""
+    period = 1.0 / rate
+    lat = np.concatenate([r["latency_us"] for r in rounds])
+    gaps = np.concatenate([r["gaps_s"] for r in rounds])
+    lost = int(np.sum(np.maximum(np.round(gaps / period) - 1, 0)[gaps > 1.5 * period]))
+    commands = sum(r["commands"] for r in rounds)
+    seconds = sum(r["seconds"] for r in rounds)
+    ticks, misses, skipped = (sum(r[k] for r in rounds) for k in ("ticks", "misses", "skipped"))
+    return {
+        "mode": mode,
+        "rounds": len(rounds),
+        "seconds": seconds,
+        "loadavg_1min": [r["loadavg_1min"] for r in rounds],
+        "core_update_p50_us": [r["core_update_us"].get("p50") for r in rounds],
+        "joint_states_sent": sum(r["sent"] for r in rounds),
+        "commands_received": commands,
+        "command_rate_hz": commands / seconds,
+        "latency_us": percentiles(lat),
+        # publish → receive of the bench's own /joint_states: the floor of one DDS hop into a
+        # Python subscriber under the same load; the node's path has two such hops
+        "one_hop_floor_us": percentiles(np.concatenate([r["one_hop_us"] for r in rounds])),
+        "command_period_us": percentiles(gaps * 1e6),
+        "command_jitter_us": percentiles(np.abs(gaps - period) * 1e6),
+        "receiver_lost_slots": lost,
+        "receiver_lost_rate": lost / max(1, commands + lost),
+        "node": {
+            "ticks": ticks,
+            "deadline_misses": misses,
+            "skipped_slots": skipped,
+            "deadline_miss_rate": misses / max(1.0, ticks + skipped),
+            "compute_p50_us_per_round": [r["compute_p50_us"] for r in rounds],
+            "compute_p99_us_max_over_rounds": max(r["compute_p99_us"] for r in rounds),
+            "compute_max_us": max(r["compute_max_us"] for r in rounds),
+            "start_late_p99_us_max_over_rounds": max(r["start_late_p99_us"] for r in rounds),
+            "watchdog_trips": sum(r["watchdog_trips"] for r in rounds),
+            "last_source": rounds[-1]["last_source"],
+        },
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("duration", nargs="?", type=float, default=60.0, help="seconds measured per design")
+    parser.add_argument("--duration", dest="duration_opt", type=float, help="same as the positional")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help="comma-separated loop_mode values; <mode>@<prio> also sets loop_priority")
+    parser.add_argument("--robot", default="solo12")
+    parser.add_argument("--params", default=str(ROOT / "config" / "solo12.yaml"))
+    parser.add_argument("--formulation", default="", help="override the YAML's formulation")
+    parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="split the duration into interleaved rounds of every design")
+    parser.add_argument("--json", default=str(ROOT / "results" / "ros_loop.json"))
+    args = parser.parse_args(argv)
+    if args.duration_opt:
+        args.duration = args.duration_opt
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.setdefault("ROS_DOMAIN_ID", str(random.randint(101, 200)))
+    os.environ["ROS_DOMAIN_ID"] = env["ROS_DOMAIN_ID"]
+    env["PYTHONUNBUFFERED"] = "1"
+    from idyn_control.ros.controller_node import set_timer_slack
+
+    set_timer_slack()  # this process's timed waits as precise as the node's
+    report = {
+        "command": " ".join([Path(sys.executable).name] + sys.argv),
+        "machine": {"node": platform.node(), "cpu": platform.processor() or platform.machine(),
+                    "cores": os.cpu_count(), "python": platform.python_version(),
+                    "loadavg_start": os.getloadavg()},
+        "robot": args.robot, "params": str(args.params), "formulation_override": args.formulation,
+        "rate_hz": args.rate, "duration_s": args.duration, "warmup_s": args.warmup, "rounds": args.rounds,
+        "results": [],
+    }
+    modes = [m for m in args.modes.split(",") if m]
+    raw: dict[str, list[dict]] = {m: [] for m in modes}
+    for k in range(args.rounds):  # interleaved: load drift on a shared machine hits every design alike
+        for mode in modes:
+            print(f"ros_loop: round {k + 1}/{args.rounds}, {mode} for {args.duration / args.rounds:g} s ...",
+                  flush=True)
+            raw[mode].append(run_mode(mode, args, env, args.duration / args.rounds))
+    for mode in modes:
+        r = summarize(mode, raw[mode], args.rate)
+        report["results"].append(r)
+        lat, n = r["latency_us"], r["node"]
+        print(f"{mode:>12}: latency p50 {lat.get('p50', float('nan')):.0f} p99 {lat.get('p99', float('nan')):.0f} "
+              f"max {lat.get('max', float('nan')):.0f} µs (one-hop floor p50 "
+              f"{r['one_hop_floor_us'].get('p50', float('nan')):.0f}) | commands {r['command_rate_hz']:.0f} Hz, "
+              f"jitter p99 {r['command_jitter_us'].get('p99', float('nan')):.0f} µs, "
+              f"lost {r['receiver_lost_rate'] * 100:.2f} % | node misses {n['deadline_miss_rate'] * 100:.2f} % "
+              f"| load {np.mean(r['loadavg_1min']):.1f}, Controller.update alone p50 "
+              f"{np.mean([x for x in r['core_update_p50_us'] if x]):.0f} µs", flush=True)
+    report["machine"]["loadavg_end"] = os.getloadavg()
+    Path(args.json).write_text(json.dumps(report, indent=2))
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,500 @@
+"""The controller node's parameters: one table, validation, and the objects they build.
+
+ROS-free on purpose: ``idyn-control check-config FILE`` validates a ROS 2 parameter
+file with this module without starting ROS, and the node (:mod:`idyn_control.ros`) turns
+the same table into ``declare_parameter`` calls. One source of truth::
+
+    params = config.load_params_file("config/solo12.yaml")    # flat {"contacts.frames": [...], ...}
+    problems = config.validate(params)                         # [] when the file is good
+    settings = config.resolve(params)                          # defaults filled in, typed
+    model = config.build_model(settings)                       # RobotModel
+    ctrl_config = config.controller_config(settings, model)    # ControllerConfig
+
+Types follow ROS 2 parameter types strictly, as rclpy enforces them when it declares a
+parameter from a file: ``400`` is an integer and is rejected for a ``double`` parameter
+(write ``400.0``), ``[1, 2]`` is an integer array.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import yaml
+
+from . import formulations, robots
+from .controller import SAFE_OUTPUTS, ControllerConfig
+from .errors import ConfigError, IdynError
+from .model import RobotModel
+
+NODE_NAME = "idyn_controller"
+
+#: ROS 2 parameter types used here (rcl_interfaces/ParameterType names, lower case)
+BOOL, INT, DOUBLE, STRING = "bool", "integer", "double", "string"
+DOUBLE_ARRAY, STRING_ARRAY, INT_ARRAY, BOOL_ARRAY = "double_array", "string_array", "integer_array", "bool_array"
+
+LOOP_MODES = ("deadline", "thread", "events", "timer", "triggered")
+FLOATING_BASE = ("auto", "floating", "fixed")
+TWIST_FRAMES = ("child", "parent")
+FORMULATION_OPTIONS = "formulation_options."
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One node parameter.
+
+    Attributes:
+        name: dotted ROS parameter name (nested YAML keys joined by ".").
+        default: default value (an empty list means "not set": see the description).
+        type: ROS 2 parameter type (``BOOL``, ``INT``, ``DOUBLE``, ``STRING``, ``*_ARRAY``).
+        description: one line, with units.
+        range: (low, high) inclusive bounds of a number, or of every array element.
+        read_only: structural (sizes, topics, model): fixed after start-up.
+        choices: the valid values of a string parameter.
+        controller_field: the :class:`ControllerConfig` field it sets, if any.
+    """
+
+    name: str
+    default: Any
+    type: str
+    description: str
+    range: tuple[float, float] | None = None
+    read_only: bool = False
+    choices: tuple[str, ...] | None = None
+    controller_field: str | None = None
+
+
+def _gain(name, default, description, field_name=None, high=1e6):
+    return ParamSpec(f"controller.{name}", default, DOUBLE, description, (0.0, high),
+                     controller_field=field_name or name)
+
+
+_CFG = ControllerConfig()
+
+#: every parameter of the node, in README order
+PARAMETERS: tuple[ParamSpec, ...] = (
+    # ---------------------------------------------------------------- robot model
+    ParamSpec("robot", "", STRING,
+              "known robot name (idyn_control.robots.names(), e.g. solo12): its URDF, contact frames "
+              "and effort limits; empty = use urdf_path or robot_description", read_only=True),
+    ParamSpec("urdf_path", "", STRING, "URDF file path (used when robot is empty)", read_only=True),
+    ParamSpec("robot_description", "", STRING,
+              "URDF XML text (used when robot and urdf_path are empty)", read_only=True),
+    ParamSpec("package_dirs", [], STRING_ARRAY,
+              "directories searched for package:// URIs in the URDF", read_only=True),
+    ParamSpec("floating_base", "auto", STRING,
+              "root joint: floating (free flyer), fixed, or auto = floating when contacts.frames "
+              "is not empty", read_only=True, choices=FLOATING_BASE),
+    ParamSpec("effort_limit", 0.0, DOUBLE,
+              "override of every joint's URDF effort limit [N·m]; 0 = URDF (or robot) limits",
+              (0.0, 1e5), read_only=True),
+    ParamSpec("joints", [], STRING_ARRAY,
+              "the model's actuated joints in the order of per-joint gains and ~/state; every name "
+              "must be a model joint and every model joint listed; empty = model order", read_only=True),
+    ParamSpec("command_joints", [], STRING_ARRAY,
+              "joint order of the effort command = the JointGroupEffortController's joints; "
+              "empty = joints", read_only=True),
+    # ---------------------------------------------------------------- contacts
+    ParamSpec("contacts.frames", [], STRING_ARRAY,
+              "contact frames, in the order of ~/contact_states; empty = the robot's feet "
+              "(robot set) or none", read_only=True),
+    ParamSpec("contacts.friction", 0.7, DOUBLE, "Coulomb friction coefficient μ of every contact",
+              (1e-3, 10.0), read_only=True),
+    ParamSpec("contacts.normal", [0.0, 0.0, 1.0], DOUBLE_ARRAY,
+              "world-frame surface normal at every contact (flat ground)", (-1.0, 1.0), read_only=True),
+    ParamSpec("contacts.threshold", 0.5, DOUBLE,
+              "a contact is active when its ~/contact_states estimate is ≥ this", (0.0, 1.0)),
+    # ---------------------------------------------------------------- formulation and loop
+    ParamSpec("formulation", _CFG.formulation, STRING,
+              "inverse-dynamics formulation, one of idyn_control.formulations.names() (see "
+              "Formulations); its options are formulation_options.<key>", read_only=True),
+    ParamSpec("update_rate", 1000.0, DOUBLE, "control loop rate [Hz]; the formulation's dt is 1/rate",
+              (10.0, 10000.0), read_only=True),
+    ParamSpec("loop_mode", "deadline", STRING,
+              "loop design: deadline = one thread serving callbacks until each absolute deadline, "
+              "then the tick; thread = a loop thread sleeping to absolute deadlines beside the "
+              "executor thread; events/timer = rclpy timer on the EventsExecutor/"
+              "SingleThreadedExecutor; triggered = one tick per /joint_states message",
+              read_only=True, choices=LOOP_MODES),
+    ParamSpec("loop_priority", 0, INT,
+              "SCHED_FIFO priority of the loop thread (thread mode) or of the executor thread (other "
+              "modes), as ros2_control's thread_priority; 0 = normal scheduling; needs CAP_SYS_NICE or "
+              "an rtprio limit, else a warning", (0, 99), read_only=True),
+    ParamSpec("autostart", True, BOOL, "configure and activate at start-up (no lifecycle manager needed)",
+              read_only=True),
+    ParamSpec("command_topic", "/effort_controller/commands", STRING,
+              "std_msgs/Float64MultiArray effort command topic (JointGroupEffortController)", read_only=True),
+    ParamSpec("odom_twist_frame", "child", STRING,
+              "frame of the /odom twist: child = base frame (REP-105), parent = world frame",
+              read_only=True, choices=TWIST_FRAMES),
+    # ---------------------------------------------------------------- safety and monitoring
+    ParamSpec("watchdog_timeout", 0.05, DOUBLE,
+              "inputs older than this trip the watchdog → safe output [s]", (1e-3, 10.0)),
+    ParamSpec("monitor_rate_hz", 50.0, DOUBLE,
+              "rate of ~/state and ~/contact_wrench/<frame> [Hz]; 0 = off", (0.0, 10000.0)),
+    ParamSpec("diagnostics_rate_hz", 2.0, DOUBLE, "rate of /diagnostics [Hz]; 0 = off", (0.0, 100.0)),
+    # ---------------------------------------------------------------- controller (run-time)
+    ParamSpec("controller.joint_kp", [float(_CFG.joint_kp)], DOUBLE_ARRAY,
+              "joint PD stiffness [1/s²]: one value for all joints or one per joint (joints order)",
+              (0.0, 1e6), controller_field="joint_kp"),
+    ParamSpec("controller.joint_kd", [float(_CFG.joint_kd)], DOUBLE_ARRAY,
+              "joint PD damping [1/s]: one value or one per joint (joints order)", (0.0, 1e6),
+              controller_field="joint_kd"),
+    _gain("base_kp", _CFG.base_kp, "base pose stiffness [1/s²]"),
+    _gain("base_kd", _CFG.base_kd, "base pose damping [1/s]"),
+    _gain("foot_kp", _CFG.foot_kp, "swing-foot stiffness [1/s²]"),
+    _gain("foot_kd", _CFG.foot_kd, "swing-foot damping [1/s]"),
+    _gain("stance_weight", _CFG.stance_weight, "kinematic layer: weight of stance feet at zero acceleration"),
+    _gain("base_weight", _CFG.base_weight, "kinematic layer: weight of the base task"),
+    _gain("swing_weight", _CFG.swing_weight, "kinematic layer: weight of swing-foot tasks"),
+    _gain("posture_weight", _CFG.posture_weight, "kinematic layer: weight of the joint posture task"),
+    _gain("damping", _CFG.damping, "kinematic layer: Tikhonov regularization", high=1.0),
+    ParamSpec("controller.safe_output", _CFG.safe_output, STRING,
+              "output when a solve fails, the watchdog trips or the node deactivates",
+              choices=SAFE_OUTPUTS, controller_field="safe_output"),
+    _gain("safe_damping", _CFG.safe_damping, "joint damping of safe_output = damping [N·m·s/rad]", high=1e4),
+    _gain("torque_rate_limit", _CFG.torque_rate_limit, "max |Δτ|/Δt per joint [N·m/s]; 0 = off", high=1e7),
+    ParamSpec("controller.effort_limit_scale", _CFG.effort_limit_scale, DOUBLE,
+              "commanded |τ| ≤ scale · effort limit", (1e-3, 1.0), controller_field="effort_limit_scale"),
+)
+
+SPEC: dict[str, ParamSpec] = {p.name: p for p in PARAMETERS}
+#: parameters that change at run time and map onto ControllerConfig fields
+CONTROLLER_FIELDS: dict[str, str] = {p.name: p.controller_field for p in PARAMETERS if p.controller_field}
+
+
+# ====================================================================== types
+def ros_type_of(value: Any) -> str | None:
+    """The ROS 2 parameter type rclpy infers for a YAML value (None when it has none)."""
+    if isinstance(value, bool):
+        return BOOL
+    if isinstance(value, int):
+        return INT
+    if isinstance(value, float):
+        return DOUBLE
+    if isinstance(value, str):
+        return STRING
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return None  # empty: fits any array type
+        for kind, t in ((BOOL_ARRAY, bool), (INT_ARRAY, int), (DOUBLE_ARRAY, float), (STRING_ARRAY, str)):
+            if all(isinstance(v, t) and not (t is int and isinstance(v, bool)) for v in value):
+                return kind
+        return "mixed_array"
+    return type(value).__name__
+
+
+def option_spec(formulation: str, key: str) -> ParamSpec:
+    """The parameter ``formulation_options.<key>`` of a formulation, typed from its default.
+
+    A ``None`` default (e.g. ``pid``'s ``gain``) is a double array whose empty value means None.
+    """
+    cls = formulation_class(formulation)
+    if key not in cls.defaults:
+        raise ConfigError(FORMULATION_OPTIONS + key, "(set)",
+                          f"not an option of {formulation!r}; valid: {sorted(cls.defaults) or 'none'}")
+    default = cls.defaults[key]
+    if default is None:
+        kind, value = DOUBLE_ARRAY, []
+    elif isinstance(default, (list, tuple)):
+        kind = ros_type_of(list(default)) or (STRING_ARRAY if key.endswith(("contacts", "frames")) else DOUBLE_ARRAY)
+        value = list(default)
+    else:
+        kind, value = ros_type_of(default), default
+    return ParamSpec(FORMULATION_OPTIONS + key, value, kind,
+                     f"option {key!r} of formulation {formulation!r} (see its defaults)")
+
+
+def formulation_class(name: str):
+    """The formulation class, with a clear error for unknown or not yet installed ones."""
+    try:
+        return formulations.get(name)
+    except ImportError as exc:
+        raise ConfigError("formulation", name, f"is registered but cannot be imported: {exc}") from None
+
+
+def option_specs(formulation: str) -> tuple[ParamSpec, ...]:
+    """All ``formulation_options.*`` parameters of a formulation."""
+    return tuple(option_spec(formulation, key) for key in formulation_class(formulation).defaults)
+
+
+def check_value(spec: ParamSpec, value: Any) -> str | None:
+    """Why ``value`` is not valid for ``spec`` (None when it is)."""
+    got = ros_type_of(value)
+    if got is None and spec.type.endswith("_array"):
+        return None
+    if got != spec.type:
+        hint = ""
+        if spec.type in (DOUBLE, DOUBLE_ARRAY) and got in (INT, INT_ARRAY):
+            hint = " (write numbers with a decimal point, e.g. 400.0)"
+        return f"expected {spec.type}, got {got}{hint}"
+    items = value if isinstance(value, (list, tuple)) else [value]
+    if spec.type in (DOUBLE, DOUBLE_ARRAY, INT, INT_ARRAY):
+        for x in items:
+            if not math.isfinite(x):
+                return f"{x!r} is not finite"
+            if spec.range is not None and not (spec.range[0] <= x <= spec.range[1]):
+                return f"{x!r} is outside [{spec.range[0]:g}, {spec.range[1]:g}]"
+    if spec.choices is not None and value not in spec.choices:
+        return f"{value!r} is not one of {', '.join(spec.choices)}"
+    return None
+
+
+# ====================================================================== files
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested YAML mappings → dotted parameter names."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+class _RclLoader(yaml.SafeLoader):
+    """YAML as rcl reads parameter files: ``1e-8`` is a double (PyYAML's YAML 1.1 says string)."""
+
+
+_RclLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
+def load_params_file(path: str | Path, node_name: str = NODE_NAME) -> dict[str, Any]:
+    """The flat parameters of ``node_name`` in a ROS 2 parameter file.
+
+    Sections ``/**``, ``<node>`` and ``/<node>`` apply (later ones win, like rcl).
+    """
+    path = Path(path)
+    try:
+        doc = yaml.load(path.read_text(), Loader=_RclLoader)  # noqa: S506 - a SafeLoader subclass
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError("params file", str(path), f"cannot be read: {exc}") from None
+    if not isinstance(doc, Mapping):
+        raise ConfigError("params file", str(path), "is not a mapping of node names")
+    params: dict[str, Any] = {}
+    found = False
+    for key in ("/**", node_name, "/" + node_name):
+        section = doc.get(key)
+        if section is None:
+            continue
+        if not isinstance(section, Mapping) or not isinstance(section.get("ros__parameters"), Mapping):
+            raise ConfigError(key, section, "needs a 'ros__parameters' mapping")
+        params.update(flatten(section["ros__parameters"]))
+        found = True
+    if not found:
+        raise ConfigError("params file", str(path),
+                          f"has no section for node {node_name!r} (keys: {', '.join(map(str, doc))})")
+    return params
+
+
+# ====================================================================== validation
+@dataclass(frozen=True)
+class Settings:
+    """Every parameter with its value (file value or default), typed."""
+
+    values: dict[str, Any]
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    @property
+    def formulation_options(self) -> dict[str, Any]:
+        """Options for ``formulations.make`` (empty arrays of None-default options → None)."""
+        cls = formulation_class(self.values["formulation"])
+        out = {}
+        for name, value in self.values.items():
+            if name.startswith(FORMULATION_OPTIONS):
+                key = name[len(FORMULATION_OPTIONS):]
+                out[key] = option_value(cls.defaults[key], value)
+        return out
+
+
+def option_value(default: Any, value: Any) -> Any:
+    """ROS parameter value → the formulation option (tuple/None conventions of its default)."""
+    if default is None and isinstance(value, (list, tuple)) and len(value) == 0:
+        return None
+    if isinstance(default, tuple):
+        return tuple(value)
+    if isinstance(value, (list, tuple)) and not isinstance(default, (list, tuple)):
+        return list(value)
+    return value
+
+
+def validate(params: Mapping[str, Any], *, check_model: bool = True) -> list[str]:
+    """Every problem of a flat parameter dict, one readable line each ([] = valid).
+
+    Checks unknown keys, types, ranges and choices, the formulation and its options, and
+    (``check_model``) that the robot/URDF loads and the joints and contact frames exist.
+    """
+    problems: list[str] = []
+    formulation = params.get("formulation", SPEC["formulation"].default)
+    options_known = True
+    try:
+        formulation_class(formulation) if isinstance(formulation, str) else None
+    except IdynError as exc:
+        problems.append(f"formulation: {exc}")
+        options_known = False
+    for name, value in params.items():
+        if name in ("use_sim_time", "qos_overrides") or name.startswith("qos_overrides."):
+            continue  # declared by rclpy itself
+        if name.startswith(FORMULATION_OPTIONS):
+            if not options_known:
+                continue
+            try:
+                spec = option_spec(formulation, name[len(FORMULATION_OPTIONS):])
+            except IdynError as exc:
+                problems.append(str(exc))
+                continue
+        else:
+            spec = SPEC.get(name)
+            if spec is None:
+                close = [p for p in SPEC if p.split(".")[-1] == name.split(".")[-1]]
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                problems.append(f"{name}: unknown parameter{hint}")
+                continue
+        reason = check_value(spec, value)
+        if reason:
+            problems.append(f"{name}: {reason}")
+    if problems or not check_model:
+        return problems
+    settings = resolve(params)
+    try:
+        model = build_model(settings)
+        controller_config(settings, model).validate()
+        joint_orders(settings, model)
+        formulations.make(settings["formulation"], model, dt=1.0 / settings["update_rate"],
+                          **settings.formulation_options)
+    except IdynError as exc:
+        problems.append(str(exc))
+    except (ValueError, TypeError) as exc:  # option values of the wrong kind for a formulation
+        problems.append(f"formulation_options: {exc}")
+    return problems
+
+
+def resolve(params: Mapping[str, Any]) -> Settings:
+    """Defaults filled in for every declared parameter and the formulation's options."""
+    values = {p.name: p.default for p in PARAMETERS}
+    values.update({k: v for k, v in params.items() if k in SPEC})
+    formulation = values["formulation"]
+    for spec in option_specs(formulation):
+        values[spec.name] = params.get(spec.name, spec.default)
+    return Settings(values)
+
+
+# ====================================================================== building
+def build_model(settings: Settings) -> RobotModel:
+    """The :class:`RobotModel` the parameters describe (raises IdynError subclasses)."""
+    robot = settings["robot"]
+    frames = tuple(settings["contacts.frames"])
+    urdf: str | Path
+    package_dirs = [Path(d) for d in settings["package_dirs"]]
+    effort = settings["effort_limit"] or None
+    if robot:
+        spec = robots.spec(robot)
+        urdf = spec.urdf_path()
+        if not Path(urdf).is_file():
+            raise ConfigError("robot", robot, f"URDF not found at {urdf}")
+        package_dirs += list(spec.package_dirs())
+        frames = frames or spec.contact_frames
+        effort = effort or spec.effort_limit
+    elif settings["urdf_path"]:
+        urdf = settings["urdf_path"]
+        if not Path(urdf).is_file():
+            raise ConfigError("urdf_path", urdf, "file not found")
+    elif settings["robot_description"].strip():
+        urdf = settings["robot_description"]
+    else:
+        raise ConfigError("robot", "", "set one of robot, urdf_path or robot_description")
+    base = settings["floating_base"]
+    floating = None if base == "auto" else base == "floating"
+    return RobotModel.from_urdf(
+        urdf, floating_base=floating, contact_frames=frames, package_dirs=package_dirs,
+        friction=settings["contacts.friction"], effort_limits=effort,
+        contact_normal=settings["contacts.normal"])
+
+
+def joint_orders(settings: Settings, model: RobotModel) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(joints, command_joints) resolved against the model (configure-time errors)."""
+    joints = tuple(settings["joints"]) or model.joint_names
+    unknown = [j for j in joints if j not in model.joint_names]
+    if unknown:
+        raise ConfigError("joints", unknown, f"not actuated joints of the model; valid: {list(model.joint_names)}")
+    missing = [j for j in model.joint_names if j not in joints]
+    if missing or len(set(joints)) != len(joints):
+        raise ConfigError("joints", list(joints), f"must list every model joint once; missing {missing}")
+    command = tuple(settings["command_joints"]) or joints
+    unknown = [j for j in command if j not in model.joint_names]
+    if unknown:
+        raise ConfigError("command_joints", unknown,
+                          f"not actuated joints of the model; valid: {list(model.joint_names)}")
+    if len(set(command)) != len(command):
+        raise ConfigError("command_joints", list(command), "lists a joint twice")
+    return joints, command
+
+
+def per_joint(value: Sequence[float], joints: Sequence[str], model: RobotModel, name: str) -> np.ndarray:
+    """One value or one per joint (in ``joints`` order) → model-order array."""
+    arr = np.asarray(value, dtype=float)
+    if arr.size == 1:
+        return np.full(model.na, float(arr.reshape(-1)[0]))
+    if arr.shape != (len(joints),):
+        raise ConfigError(name, list(value), f"needs 1 or {len(joints)} values (one per joint)")
+    out = np.empty(model.na)
+    out[model.joint_order(joints)] = arr
+    return out
+
+
+def controller_fields(settings: Mapping[str, Any] | Settings, model: RobotModel,
+                      joints: Sequence[str]) -> dict[str, Any]:
+    """ControllerConfig keyword arguments from the ``controller.*`` parameters."""
+    values = settings.values if isinstance(settings, Settings) else settings
+    out: dict[str, Any] = {}
+    for name, field_name in CONTROLLER_FIELDS.items():
+        if name not in values:
+            continue
+        value = values[name]
+        if field_name in ("joint_kp", "joint_kd"):
+            value = per_joint(value, joints, model, name)
+        out[field_name] = value
+    return out
+
+
+def controller_config(settings: Settings, model: RobotModel) -> ControllerConfig:
+    """The :class:`ControllerConfig` the parameters describe (not yet validated)."""
+    joints = tuple(settings["joints"]) or model.joint_names
+    return ControllerConfig(
+        formulation=settings["formulation"],
+        formulation_options=settings.formulation_options,
+        dt=1.0 / settings["update_rate"],
+        **controller_fields(settings, model, joints),
+    )
+
+
+def markdown_table() -> str:
+    """The README "Parameters" table (kept in sync by a test)."""
+    def fmt(v):
+        return "`" + (yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("...").strip()
+                      if not isinstance(v, str) else repr(v)) + "`"
+    rows = ["| name | type | default | description |", "|---|---|---|---|"]
+    for p in PARAMETERS:
+        extra = []
+        if p.range is not None:
+            extra.append(f"range [{p.range[0]:g}, {p.range[1]:g}]")
+        if p.choices is not None:
+            extra.append("one of " + ", ".join(p.choices))
+        extra.append("read-only" if p.read_only else "run time")
+        desc = p.description.replace("|", "\\|")
+        rows.append(f"| `{p.name}` | {p.type} | {fmt(p.default)} | {desc} ({'; '.join(extra)}) |")
+    rows.append("| `formulation_options.<key>` | from the option's default | the formulation's "
+                "`defaults` | one per option of the chosen formulation, e.g. "
+                "`formulation_options.eps_abs`; an option whose default is None is a double array, "
+                "empty = None (run time: the formulation is rebuilt, warm start lost once) |")
+    return "\n".join(rows)

@@ -1,0 +1,206 @@
+"""Messages ↔ arrays, with the checks that decide whether an input is usable.
+
+Each reader returns a reason string when it drops a message (counted and logged by the
+node) and writes accepted values into preallocated buffers. Conventions:
+
+- Joint order: ``model`` order (Pinocchio velocity order); messages are matched by name.
+- Floating base (nav_msgs/Odometry): ``q[:3]`` position of the base in the world (odom)
+  frame [m], ``q[3:7]`` quaternion (x, y, z, w) — the same order in ROS and Pinocchio;
+  ``v[:3]``, ``v[3:6]`` linear [m/s] and angular [rad/s] velocity of the base *expressed
+  in the base frame* (Pinocchio's free-flyer convention). REP-105 puts the odometry twist
+  in ``child_frame_id`` (the base), so it maps as is; with ``odom_twist_frame = parent``
+  (world-frame twists, as some simulators publish) it is rotated by Rᵀ.
+"""
+
+from __future__ import annotations
+
+import array
+import math
+from typing import Sequence
+
+import numpy as np
+
+from ..model import RobotModel
+
+OK = None
+
+
+def as_array(seq) -> np.ndarray:
+    """A message's float64 sequence as an ndarray (zero-copy for the array.array rclpy uses)."""
+    return np.frombuffer(seq, dtype=float) if isinstance(seq, array.array) else np.asarray(seq, dtype=float)
+
+
+def stamp_ns(stamp) -> int:
+    """builtin_interfaces/Time → integer nanoseconds."""
+    return stamp.sec * 1_000_000_000 + stamp.nanosec
+
+
+class JointStateReader:
+    """sensor_msgs/JointState → joint positions and velocities in model order.
+
+    Names the model lacks are ignored (and counted by the caller: joint_state_broadcaster
+    publishes every joint of the system, e.g. a gripper the ID model leaves out); a message
+    that misses a model joint is dropped. The name → index map is cached per name list.
+    """
+
+    def __init__(self, model: RobotModel):
+        self.model = model
+        self.q = np.zeros(model.na)
+        self.v = np.zeros(model.na)
+        self._names: list[str] | None = None
+        self._index: np.ndarray | None = None
+        self.unknown: tuple[str, ...] = ()
+        self.missing: tuple[str, ...] = ()
+
+    def _map(self, names: Sequence[str]) -> None:
+        position = {n: i for i, n in enumerate(names)}
+        self.missing = tuple(n for n in self.model.joint_names if n not in position)
+        self.unknown = tuple(n for n in names if n not in self.model._joint_position)
+        dupes = len(position) != len(names)
+        self._index = None if (self.missing or dupes) else np.array(
+            [position[n] for n in self.model.joint_names], dtype=np.intp)
+        self._names = list(names)
+
+    def read(self, msg) -> str | None:
+        """Fill :attr:`q`, :attr:`v` from ``msg``; return a drop reason or None."""
+        names = msg.name
+        if names != self._names:
+            self._map(names)
+        if self._index is None:
+            return "missing_joint"
+        n = len(names)
+        if len(msg.position) != n or len(msg.velocity) != n:
+            return "wrong_size"
+        np.take(as_array(msg.position), self._index, out=self.q)
+        np.take(as_array(msg.velocity), self._index, out=self.v)
+        if not (np.isfinite(self.q).all() and np.isfinite(self.v).all()):
+            return "nonfinite"
+        return OK
+
+
+class OdometryReader:
+    """nav_msgs/Odometry → free-flyer q[:7], v[:6] (see the module docstring)."""
+
+    def __init__(self, twist_in_parent: bool = False):
+        self.q = np.zeros(7)
+        self.v = np.zeros(6)
+        self.twist_in_parent = twist_in_parent
+        self._R = np.zeros((3, 3))
+
+    def read(self, msg) -> str | None:
+        p = msg.pose.pose.position
+        o = msg.pose.pose.orientation
+        t = msg.twist.twist
+        q, v = self.q, self.v
+        q[0], q[1], q[2], q[3], q[4], q[5], q[6] = p.x, p.y, p.z, o.x, o.y, o.z, o.w
+        v[0], v[1], v[2] = t.linear.x, t.linear.y, t.linear.z
+        v[3], v[4], v[5] = t.angular.x, t.angular.y, t.angular.z
+        if not (np.isfinite(q).all() and np.isfinite(v).all()):
+            return "nonfinite"
+        norm = math.sqrt(q[3] * q[3] + q[4] * q[4] + q[5] * q[5] + q[6] * q[6])
+        if abs(norm - 1.0) > 0.1:
+            return "bad_quaternion"
+        q[3:7] /= norm
+        if self.twist_in_parent:  # world-frame twist → base frame: Rᵀ v
+            R = quaternion_to_matrix(q[3:7], self._R)
+            v[:3] = R.T @ v[:3]
+            v[3:6] = R.T @ v[3:6]
+        return OK
+
+
+def quaternion_to_matrix(xyzw: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Rotation matrix of a unit quaternion (x, y, z, w), written into ``out``."""
+    x, y, z, w = xyzw
+    out[0, 0] = 1 - 2 * (y * y + z * z)
+    out[0, 1] = 2 * (x * y - z * w)
+    out[0, 2] = 2 * (x * z + y * w)
+    out[1, 0] = 2 * (x * y + z * w)
+    out[1, 1] = 1 - 2 * (x * x + z * z)
+    out[1, 2] = 2 * (y * z - x * w)
+    out[2, 0] = 2 * (x * z - y * w)
+    out[2, 1] = 2 * (y * z + x * w)
+    out[2, 2] = 1 - 2 * (x * x + y * y)
+    return out
+
+
+class JointTrajectoryReference:
+    """A trajectory_msgs/JointTrajectory as arrays, interpolated in time.
+
+    Points are interpolated with cubic Hermite splines when every point has velocities,
+    linearly otherwise; before the first point the trajectory starts from the reference
+    held when it arrived (like joint_trajectory_controller), after the last point the
+    last position is held with zero velocity.
+
+    Attributes:
+        index: model indices of the trajectory's joints.
+        t_start_ns: start time on the node's clock [ns].
+    """
+
+    def __init__(self, index: np.ndarray, times: np.ndarray, pos: np.ndarray, vel: np.ndarray | None,
+                 t_start_ns: int):
+        self.index, self.times, self.pos, self.vel = index, times, pos, vel
+        self.t_start_ns = t_start_ns
+        self.q = np.zeros(index.size)
+        self.v = np.zeros(index.size)
+        self.a = np.zeros(index.size)
+
+    @classmethod
+    def from_msg(cls, msg, model: RobotModel, now_ns: int, q_ref_now: np.ndarray):
+        """Build from a message; returns (reference, None) or (None, drop reason)."""
+        names = list(msg.joint_names)
+        if not names or not msg.points:
+            return None, "empty"
+        if any(n not in model._joint_position for n in names) or len(set(names)) != len(names):
+            return None, "unknown_joint"
+        k = len(names)
+        index = np.array([model.joint_index(n) for n in names], dtype=np.intp)
+        times, pos, vel = [], [], []
+        with_vel = all(len(p.velocities) == k for p in msg.points)
+        for p in msg.points:
+            if len(p.positions) != k or len(p.velocities) not in (0, k):
+                return None, "wrong_size"
+            times.append(p.time_from_start.sec + 1e-9 * p.time_from_start.nanosec)
+            pos.append(list(p.positions))
+            vel.append(list(p.velocities) if with_vel else [0.0] * k)
+        times_a, pos_a, vel_a = np.array(times), np.array(pos), np.array(vel)
+        if not (np.isfinite(times_a).all() and np.isfinite(pos_a).all() and np.isfinite(vel_a).all()):
+            return None, "nonfinite"
+        if (np.diff(times_a) <= 0.0).any() or times_a[0] < 0.0:
+            return None, "time_not_increasing"
+        if times_a[0] > 0.0:  # start from the reference held now
+            times_a = np.concatenate(([0.0], times_a))
+            pos_a = np.vstack((q_ref_now[index], pos_a))
+            vel_a = np.vstack((np.zeros(k), vel_a))
+        start = stamp_ns(msg.header.stamp) or now_ns
+        return cls(index, times_a, pos_a, vel_a if with_vel else None, start), None
+
+    def sample(self, now_ns: int) -> bool:
+        """Fill q, v, a at ``now_ns``; return False once the trajectory is finished."""
+        t = (now_ns - self.t_start_ns) * 1e-9
+        times = self.times
+        if t >= times[-1]:
+            self.q[:] = self.pos[-1]
+            self.v[:] = 0.0
+            self.a[:] = 0.0
+            return False
+        if t <= times[0]:
+            self.q[:] = self.pos[0]
+            self.v[:] = 0.0 if self.vel is None else self.vel[0]
+            self.a[:] = 0.0
+            return True
+        i = int(np.searchsorted(times, t, side="right")) - 1
+        h = times[i + 1] - times[i]
+        s = (t - times[i]) / h
+        p0, p1 = self.pos[i], self.pos[i + 1]
+        if self.vel is None:
+            self.q[:] = p0 + s * (p1 - p0)
+            self.v[:] = (p1 - p0) / h
+            self.a[:] = 0.0
+            return True
+        m0, m1 = self.vel[i] * h, self.vel[i + 1] * h  # cubic Hermite on s ∈ [0, 1]
+        s2, s3 = s * s, s * s * s
+        self.q[:] = (2 * s3 - 3 * s2 + 1) * p0 + (s3 - 2 * s2 + s) * m0 + (-2 * s3 + 3 * s2) * p1 + (s3 - s2) * m1
+        self.v[:] = ((6 * s2 - 6 * s) * p0 + (3 * s2 - 4 * s + 1) * m0 + (-6 * s2 + 6 * s) * p1
+                     + (3 * s2 - 2 * s) * m1) / h
+        self.a[:] = ((12 * s - 6) * p0 + (6 * s - 4) * m0 + (-12 * s + 6) * p1 + (6 * s - 2) * m1) / (h * h)
+        return True
