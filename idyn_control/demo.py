@@ -1,0 +1,602 @@
+"""``idyn-control demo``: a quadruped stands up, trots and stops in MuJoCo, through ROS 2.
+
+    idyn-control demo                           # project quadruped, real ROS 2 topics
+    idyn-control demo --robot solo12 --formulation qp_coulomb --duration 10
+    idyn-control demo --no-ros                  # the same scenario lock-step, one process
+
+With ROS (default) three processes talk over DDS on a private ``ROS_DOMAIN_ID``: the
+simulation bridge ``idyn_sim`` (MuJoCo, lock-step: it publishes the state and steps when
+the command for it arrives), the controller node with the gait generator
+(``idyn_gait_controller``, ``use_sim_time``, one tick per ``/joint_states``), and this
+process, which publishes ``/cmd_vel`` on the simulated-time schedule and records every
+topic. Timeline (simulated): stand up from a crouch during ``stand_time``, trot at
+``speed`` for ``duration`` seconds, stop, stand ``stop_time`` seconds.
+
+Outputs in ``--out`` (default results/demo): ``demo.mcap`` (ROS 2 messages with their
+schemas: joint states, commands, odometry, contact estimates, predicted and measured
+contact wrenches, references, diagnostics, /cmd_vel), ``demo.png`` (torques, predicted vs
+simulated contact forces, base motion and path), ``report.json`` / ``report.txt``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pinocchio as pin
+
+from . import robots
+from .sim.lockstep import ROBOT_GAINS
+from .sim.metrics import Trace, compute_metrics, format_metrics
+
+CONTROLLER = "idyn_controller"
+BRIDGE = "idyn_sim"
+COMMAND_TOPIC = "/effort_controller/commands"
+CONTACT_STATES_TOPIC = f"/{CONTROLLER}/contact_states"
+
+
+@dataclass
+class DemoOptions:
+    """What the demo runs (times in simulated seconds)."""
+
+    robot: str = "quadruped"
+    formulation: str = "wbc_qp"
+    duration: float = 10.0      # trot [s]
+    speed: float = 0.2          # [m/s] forward
+    stand_time: float = 1.0     # stand up before trotting [s]
+    stop_time: float = 1.0      # stand after the stop command [s]
+    crouch: float = 0.02        # initial base height below standing [m]
+    friction: float = 0.7
+    compliant: bool = False
+    ros: bool = True
+    out: str = "results/demo"
+    wall_timeout: float = 600.0  # give up after this long [s, wall]
+    domain_id: int | None = None
+
+    @property
+    def total(self) -> float:
+        return self.stand_time + self.duration + self.stop_time
+
+    @property
+    def trot_window(self) -> tuple[float, float]:
+        return self.stand_time, self.stand_time + self.duration
+
+
+# ====================================================================== entry point
+def run(opts: DemoOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the demo, write its files, return the report (metrics + file paths)."""
+    robots.spec(opts.robot)
+    out = Path(opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+    wall0 = time.perf_counter()
+    log(f"demo: {opts.robot}, {opts.formulation}, stand {opts.stand_time:g} s → trot {opts.speed:g} m/s for "
+        f"{opts.duration:g} s → stop ({'ROS 2 topics, lock-step' if opts.ros else 'lock-step, no ROS'}); "
+        f"output in {out}/")
+    if opts.ros:
+        trace, extra = _run_ros(opts, out, log)
+    else:
+        trace, extra = _run_lockstep(opts, out, log)
+    model = robots.load(opts.robot, friction=opts.friction if math.isfinite(opts.friction) else 1e3)
+    weight = 9.81 * pin.computeTotalMass(model.pin_model)
+    t0, t1 = opts.trot_window
+    metrics = compute_metrics(trace, dt=1e-3, weight=weight, floating_base=True,
+                              speed_window=(min(t0 + 1.0, 0.5 * (t0 + t1)), t1),
+                              command_velocity=(opts.speed, 0.0, 0.0), fell=extra.pop("fell", False),
+                              fall_time=extra.pop("fall_time", None))
+    metrics.update(extra)
+    png = out / "demo.png"
+    plot(trace, opts, png)
+    metrics["wall_clock_s"] = time.perf_counter() - wall0
+    report = {"options": asdict(opts), "metrics": metrics,
+              "files": {"mcap": str(out / "demo.mcap"), "png": str(png), "report": str(out / "report.json")}}
+    text = format_report(report)
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=float))
+    (out / "report.txt").write_text(text + "\n")
+    log(text)
+    return report
+
+
+def format_report(report: dict[str, Any]) -> str:
+    o, m = report["options"], report["metrics"]
+    lines = [f"demo report: {o['robot']}, {o['formulation']}, trot {o['speed']:g} m/s for {o['duration']:g} s, "
+             f"{'ROS 2 (bridge + controller nodes, lock-step over DDS)' if o['ros'] else 'lock-step without ROS'}",
+             format_metrics(m)]
+    if "tick_source" in m:
+        lines.append(f"  {'(tick times from':<34}{m['tick_source']})")
+    lines.append(f"  {'wall clock':<34}{m['wall_clock_s']:.1f} s for {m.get('duration_s', 0):.2f} s simulated")
+    for key, path in report["files"].items():
+        lines.append(f"  {key:<34}{path}")
+    return "\n".join(lines)
+
+
+# ====================================================================== without ROS
+def _run_lockstep(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
+    from .sim.lockstep import Scenario, run_scenario
+
+    t0, t1 = opts.trot_window
+    scenario = Scenario(robot=opts.robot, formulation=opts.formulation, duration=opts.total,
+                        velocity=(opts.speed, 0.0, 0.0), gait=True, trot_start=t0, trot_stop=t1,
+                        friction=opts.friction, compliant=opts.compliant, crouch=opts.crouch)
+    run = run_scenario(scenario, progress=lambda p: log(
+        f"  t={p['t']:5.1f} s  x={p['x']:+.3f} m  speed={p['speed']:+.3f} m/s  ticks={p['ticks']}  "
+        f"misses={p['misses']}"))
+    trace = run.trace
+    _write_mcap_from_trace(trace, opts, out / "demo.mcap")
+    extra = {"fell": run.metrics["fell"], "fall_time": run.metrics.get("fall_time_s"),
+             "tick_source": "perf_counter around Controller.update, every tick"}
+    return trace, extra
+
+
+def _write_mcap_from_trace(trace: Trace, opts: DemoOptions, path: Path) -> None:
+    """The lock-step run as the ROS topics the ROS demo records (same names and types)."""
+    from .recording import McapRecorder
+
+    model = robots.load(opts.robot)
+    pm = model.pin_model
+    data = pm.createData()
+    try:  # real message classes + rclpy's C serializer when ROS 2 is installed (fast)
+        from geometry_msgs.msg import Twist, WrenchStamped
+        from nav_msgs.msg import Odometry
+        from rclpy.serialization import serialize_message
+        from sensor_msgs.msg import JointState
+        from std_msgs.msg import Float64MultiArray
+        have_ros = True
+    except ImportError:
+        have_ros = False
+    stride = 1 if have_ros else 10  # the pure-Python encoder: 100 Hz is what it can do
+
+    def msg(obj_cls, d):
+        return obj_cls() if have_ros else d
+
+    with McapRecorder(path) as rec:
+        def put(topic, datatype, m):
+            if have_ros:
+                rec.write_cdr(topic, datatype, serialize_message(m), t_ns)
+            else:
+                rec.write(topic, datatype, m, t_ns)
+
+        cmd_prev = None
+        t0, t1 = opts.trot_window
+        for n in range(0, trace.n, stride):
+            t = float(trace.t[n])
+            t_ns = int(round(t * 1e9))
+            sec, nsec = divmod(t_ns, 1_000_000_000)
+            q, v = trace.q[n], trace.v[n]
+            cmd = opts.speed if t0 <= t < t1 else 0.0
+            if have_ros:
+                js = JointState()
+                js.header.stamp.sec, js.header.stamp.nanosec = sec, nsec
+                js.name = list(model.joint_names)
+                js.position = q[model.joint_q_index].tolist()
+                js.velocity = v[6:].tolist()
+                js.effort = trace.tau[n].tolist()
+                put("/joint_states", "sensor_msgs/msg/JointState", js)
+                od = Odometry()
+                od.header.stamp = js.header.stamp
+                od.header.frame_id, od.child_frame_id = "odom", "base"
+                p, r = od.pose.pose.position, od.pose.pose.orientation
+                p.x, p.y, p.z = map(float, q[:3])
+                r.x, r.y, r.z, r.w = map(float, q[3:7])
+                tw = od.twist.twist
+                tw.linear.x, tw.linear.y, tw.linear.z = map(float, v[:3])
+                tw.angular.x, tw.angular.y, tw.angular.z = map(float, v[3:6])
+                put("/odom", "nav_msgs/msg/Odometry", od)
+                c = Float64MultiArray()
+                c.data = trace.tau[n].tolist()
+                put(COMMAND_TOPIC, "std_msgs/msg/Float64MultiArray", c)
+                cs = Float64MultiArray()
+                cs.data = trace.contact[n].astype(float).tolist()
+                put(CONTACT_STATES_TOPIC, "std_msgs/msg/Float64MultiArray", cs)
+                ref = JointState()
+                ref.header.stamp = js.header.stamp
+                ref.name = list(model.joint_names)
+                ref.position = trace.q_ref[n].tolist()
+                ref.velocity = trace.v_ref[n].tolist()
+                put(f"/{CONTROLLER}/reference", "sensor_msgs/msg/JointState", ref)
+                pin.framesForwardKinematics(pm, data, q)
+                for i, frame in enumerate(model.contact_frames):
+                    R = data.oMf[model.contact_frame_ids[i]].rotation
+                    for topic, f, frame_id in ((f"/{BRIDGE}/contact_wrench/{frame}", trace.f_meas[n, i], "odom"),
+                                               (f"/{CONTROLLER}/contact_wrench/{frame}",
+                                                R.T @ trace.f_pred[n, i], frame)):
+                        w = WrenchStamped()
+                        w.header.stamp = js.header.stamp
+                        w.header.frame_id = frame_id
+                        w.wrench.force.x, w.wrench.force.y, w.wrench.force.z = map(float, f)
+                        put(topic, "geometry_msgs/msg/WrenchStamped", w)
+                if cmd != cmd_prev:
+                    twist = Twist()
+                    twist.linear.x = float(cmd)
+                    put("/cmd_vel", "geometry_msgs/msg/Twist", twist)
+            else:
+                stamp = {"sec": sec, "nanosec": nsec}
+                hdr = {"stamp": stamp, "frame_id": ""}
+                put("/joint_states", "sensor_msgs/msg/JointState",
+                    {"header": hdr, "name": list(model.joint_names), "position": q[model.joint_q_index].tolist(),
+                     "velocity": v[6:].tolist(), "effort": trace.tau[n].tolist()})
+                put(COMMAND_TOPIC, "std_msgs/msg/Float64MultiArray",
+                    {"layout": {"dim": [], "data_offset": 0}, "data": trace.tau[n].tolist()})
+                for i, frame in enumerate(model.contact_frames):
+                    for topic, f in ((f"/{BRIDGE}/contact_wrench/{frame}", trace.f_meas[n, i]),
+                                     (f"/{CONTROLLER}/contact_wrench/{frame}", trace.f_pred[n, i])):
+                        put(topic, "geometry_msgs/msg/WrenchStamped",
+                            {"header": {"stamp": stamp, "frame_id": "odom"},
+                             "wrench": {"force": dict(zip("xyz", map(float, f))),
+                                        "torque": {"x": 0.0, "y": 0.0, "z": 0.0}}})
+            cmd_prev = cmd
+
+
+# ====================================================================== with ROS
+def controller_params(opts: DemoOptions) -> dict[str, Any]:
+    """The controller node's parameters for the demo (ROS 2 params-file layout)."""
+    model = robots.load(opts.robot)
+    return {CONTROLLER: {"ros__parameters": {
+        "robot": opts.robot,
+        "formulation": opts.formulation,
+        "update_rate": 1000.0,
+        "loop_mode": "triggered",    # one tick per /joint_states: lock-step with the bridge
+        "autostart": True,
+        "use_sim_time": True,
+        "command_topic": COMMAND_TOPIC,
+        "command_joints": list(model.joint_names),
+        "odom_twist_frame": "child",
+        "watchdog_timeout": 2.0,     # wall seconds: lock-step in simulated time, a loaded machine stalls
+        "monitor_rate_hz": 1000.0,   # predicted wrenches and ~/state every tick, for scoring
+        "diagnostics_rate_hz": 2.0,
+        "contacts": {"friction": float(min(opts.friction, 10.0))},
+        "controller": {k: (float(v) if isinstance(v, (int, float)) else v)
+                       for k, v in ROBOT_GAINS.get(opts.robot, {}).items()},
+    }}}
+
+
+def _free_domain_id() -> int:
+    return random.Random(os.getpid() ^ time.time_ns()).randint(100, 230)
+
+
+def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
+    import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray
+    from geometry_msgs.msg import Twist, WrenchStamped
+    from nav_msgs.msg import Odometry
+    from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+    from rosgraph_msgs.msg import Clock
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float64MultiArray
+
+    import yaml
+
+    model = robots.load(opts.robot)
+    domain = opts.domain_id if opts.domain_id is not None else int(os.environ.get("IDYN_DEMO_DOMAIN_ID", 0)) \
+        or _free_domain_id()
+    env = dict(os.environ, ROS_DOMAIN_ID=str(domain), PYTHONUNBUFFERED="1")
+    params = out / "controller_params.yaml"
+    params.write_text(yaml.safe_dump(controller_params(opts), sort_keys=False))
+    friction = opts.friction if math.isfinite(opts.friction) else 1e3
+    bridge_cmd = [sys.executable, "-m", "idyn_control.ros.sim_bridge_node", "--ros-args",
+                  "-p", f"robot:={opts.robot}", "-p", "real_time:=false", "-p", "lockstep:=true",
+                  "-p", f"spawn_crouch:={opts.crouch}", "-p", f"friction:={float(friction)}",
+                  "-p", f"compliant:={str(opts.compliant).lower()}",
+                  "-p", f"contact_states_topic:={CONTACT_STATES_TOPIC}", "-p", f"command_topic:={COMMAND_TOPIC}"]
+    ctrl_cmd = [sys.executable, "-m", "idyn_control.ros.gait_controller_node", "--ros-args",
+                "--params-file", str(params)]
+    if opts.formulation == "sensed":  # measured forces for ID(t_{i-1})
+        for frame in model.contact_frames:
+            ctrl_cmd += ["-r", f"~/{frame}/measured_wrench:=/{BRIDGE}/contact_wrench/{frame}"]
+    logs = {name: open(out / f"{name}.log", "w") for name in ("bridge", "controller")}
+    procs = {"bridge": subprocess.Popen(bridge_cmd, env=env, stdout=logs["bridge"], stderr=subprocess.STDOUT)}
+
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain)
+    node = rclpy.create_node("idyn_demo", context=context)
+    qos = QoSProfile(depth=2000, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE)
+    best_effort = QoSProfile(depth=2000, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT)
+    topics: dict[str, tuple[type, str]] = {
+        "/joint_states": (JointState, "sensor_msgs/msg/JointState"),
+        "/odom": (Odometry, "nav_msgs/msg/Odometry"),
+        COMMAND_TOPIC: (Float64MultiArray, "std_msgs/msg/Float64MultiArray"),
+        CONTACT_STATES_TOPIC: (Float64MultiArray, "std_msgs/msg/Float64MultiArray"),
+        f"/{CONTROLLER}/state": (JointState, "sensor_msgs/msg/JointState"),
+        f"/{CONTROLLER}/reference": (JointState, "sensor_msgs/msg/JointState"),
+        "/diagnostics": (DiagnosticArray, "diagnostic_msgs/msg/DiagnosticArray"),
+        f"/{BRIDGE}/status": (DiagnosticArray, "diagnostic_msgs/msg/DiagnosticArray"),
+        "/cmd_vel": (Twist, "geometry_msgs/msg/Twist"),
+    }
+    for frame in model.contact_frames:
+        topics[f"/{BRIDGE}/contact_wrench/{frame}"] = (WrenchStamped, "geometry_msgs/msg/WrenchStamped")
+        topics[f"/{CONTROLLER}/contact_wrench/{frame}"] = (WrenchStamped, "geometry_msgs/msg/WrenchStamped")
+    from .recording import McapRecorder
+
+    sim = {"t_ns": 0, "heard": False}
+    mcap = McapRecorder(out / "demo.mcap")
+    builder = _TraceBuilder(topics, model, opts)
+
+    def make_cb(topic):
+        datatype = topics[topic][1]
+
+        def cb(data: bytes) -> None:  # record (raw CDR) and fill the per-tick arrays as it comes
+            sim["heard"] = True
+            mcap.write_cdr(topic, datatype, data, sim["t_ns"])  # log time: /clock at arrival
+            builder.add(topic, sim["t_ns"], data)
+        return cb
+
+    for topic, (cls, _) in topics.items():
+        node.create_subscription(cls, topic, make_cb(topic), qos, raw=True)
+
+    def on_clock(msg: Clock) -> None:
+        sim["t_ns"] = msg.clock.sec * 1_000_000_000 + msg.clock.nanosec
+
+    node.create_subscription(Clock, "/clock", on_clock, best_effort)
+    cmd_pub = node.create_publisher(Twist, "/cmd_vel", 10)
+    state = {"x": 0.0, "odom_t": 0.0}
+
+    def on_odom(msg: Odometry) -> None:
+        state["x"] = msg.pose.pose.position.x
+        state["z"] = msg.pose.pose.position.z
+
+    node.create_subscription(Odometry, "/odom", on_odom, best_effort)
+    diag: dict[str, dict[str, str]] = {}
+
+    def on_diag(msg: DiagnosticArray) -> None:
+        for s in msg.status:
+            diag[s.name.split(":")[0]] = {kv.key: kv.value for kv in s.values}
+
+    node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, qos)
+    node.create_subscription(DiagnosticArray, f"/{BRIDGE}/status", on_diag, qos)
+    from rclpy.executors import SingleThreadedExecutor
+
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    # the bridge starts paused and re-publishes its state: once this recorder hears it,
+    # start the controller (whose first command starts the physics), so no tick is missed
+    wait_start = time.monotonic()
+    while not sim["heard"] and time.monotonic() - wait_start < 60.0 and procs["bridge"].poll() is None:
+        executor.spin_once(timeout_sec=0.05)
+    procs["controller"] = subprocess.Popen(ctrl_cmd, env=env, stdout=logs["controller"], stderr=subprocess.STDOUT)
+    log(f"  ROS_DOMAIN_ID={domain}: idyn_sim (pid {procs['bridge'].pid}) up, started idyn_gait_controller "
+        f"(pid {procs['controller'].pid}); logs in {out}/")
+    t0, t1 = opts.trot_window
+    total_ns = int(opts.total * 1e9)
+    wall_start = time.monotonic()
+    next_print, last_x, last_cmd_pub = 1.0, 0.0, 0.0
+    failure = None
+    try:
+        while sim["t_ns"] < total_ns:
+            executor.spin_once(timeout_sec=0.01)
+            now = time.monotonic()
+            t = sim["t_ns"] * 1e-9
+            if now - last_cmd_pub > 0.05:  # 20 Hz (wall), like a joystick teleop
+                twist = Twist()
+                twist.linear.x = float(opts.speed) if t0 <= t < t1 else 0.0
+                cmd_pub.publish(twist)
+                last_cmd_pub = now
+            if t >= next_print:
+                ctrl = diag.get(CONTROLLER, {})
+                log(f"  t={t:5.1f} s  x={state['x']:+.3f} m  speed={state['x'] - last_x:+.3f} m/s  "
+                    f"ticks={ctrl.get('ticks', '?')}  misses={ctrl.get('deadline_misses', '?')}  "
+                    f"(wall {now - wall_start:.0f} s)")
+                last_x = state["x"]
+                next_print += 1.0
+            dead = [name for name, p in procs.items() if p.poll() is not None]
+            if dead:
+                failure = f"{', '.join(dead)} exited early (see {out}/{dead[0]}.log)"
+                break
+            if now - wall_start > opts.wall_timeout:
+                failure = f"wall-clock timeout after {opts.wall_timeout:g} s at t = {t:.2f} s"
+                break
+            if sim["t_ns"] == 0 and now - wall_start > 60.0:
+                failure = "no simulated time after 60 s: the bridge or the controller did not start"
+                break
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs.values():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for f in logs.values():
+            f.close()
+        # the last diagnostics were published before the nodes stopped
+        executor.spin_once(timeout_sec=0.05)
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.shutdown(context=context)
+        mcap.close()
+    if failure:
+        log(f"  demo: {failure}")
+    trace, fell, fall_time = builder.finish()
+    extra: dict[str, Any] = {"fell": fell, "fall_time": fall_time, "ros_domain_id": domain,
+                             "tick_source": "controller node /diagnostics (compute time, last 4096 ticks)"}
+    ctrl = diag.get(CONTROLLER, {})
+    for key, name in (("compute_p50_us", "tick_p50_us"), ("compute_p99_us", "tick_p99_us"),
+                      ("compute_max_us", "tick_max_us"), ("deadline_misses", "deadline_misses"),
+                      ("ticks", "controller_ticks")):
+        if key in ctrl:
+            extra[name] = float(ctrl[key]) if name != "deadline_misses" else int(float(ctrl[key]))
+    sources = [k for k in ctrl if k.startswith("source.") and k != "source.formulation"]
+    if sources:  # ticks where the safety layer replaced the formulation's torque
+        extra["fallback_ticks"] = int(sum(float(ctrl[k]) for k in sources))
+    bridge = diag.get(BRIDGE, {})
+    for key in ("steps", "commands", "timeouts", "lockstep_timeouts", "rejected_length", "rejected_nonfinite"):
+        if key in bridge:
+            extra[f"bridge_{key}"] = int(float(bridge[key]))
+    if failure:
+        extra["failure"] = failure
+    return trace, extra
+
+
+class _TraceBuilder:
+    """Per-tick arrays from the recorded topics, filled message by message.
+
+    Ticks are indexed by the stamps (simulated time): the bridge stamps the state of tick
+    k with t_k and the force it applied over [t_k, t_k+1] with t_k+1; the controller
+    stamps ~/state, ~/reference and its predicted wrenches with the input's stamp t_k;
+    the unstamped contact estimates arrive just before /joint_states of their tick.
+    """
+
+    def __init__(self, topics, model, opts: DemoOptions):
+        from rclpy.serialization import deserialize_message
+
+        self._deserialize = deserialize_message
+        self.topics, self.model, self.opts = topics, model, opts
+        self.dt = 1e-3
+        self.n = n = int(round(opts.total / self.dt)) + 2
+        k, na = len(model.contacts), model.na
+        self.trace = Trace.allocate(n, model.nq, model.nv, na, k, robot=opts.robot, formulation=opts.formulation)
+        self.have_js = np.zeros(n, dtype=bool)
+        self.have_odom = np.zeros(n, dtype=bool)
+        self.have_pred = np.zeros(n, dtype=bool)
+        self.pred_local = np.zeros((n, k, 3))
+        self.frame_index = {f: i for i, f in enumerate(model.contact_frames)}
+        self._joint_index: dict[tuple, list[int]] = {}
+
+    def _tick(self, stamp) -> int:
+        i = int(round((stamp.sec + stamp.nanosec * 1e-9) / self.dt))
+        return i if 0 <= i < self.n else -1
+
+    def _order(self, names) -> list[int]:
+        key = tuple(names)
+        if key not in self._joint_index:
+            self._joint_index[key] = [key.index(j) for j in self.model.joint_names]
+        return self._joint_index[key]
+
+    def add(self, topic: str, t_ns: int, raw: bytes) -> None:
+        tr, m_ = self.trace, self.model
+        if topic == "/joint_states":
+            msg = self._deserialize(raw, self.topics[topic][0])
+            i = self._tick(msg.header.stamp)
+            if i >= 0:
+                idx = self._order(msg.name)
+                tr.q[i, m_.joint_q_index] = np.asarray(msg.position)[idx]
+                tr.v[i, 6:] = np.asarray(msg.velocity)[idx]
+                self.have_js[i] = True
+        elif topic == "/odom":
+            msg = self._deserialize(raw, self.topics[topic][0])
+            i = self._tick(msg.header.stamp)
+            if i >= 0:
+                p, r = msg.pose.pose.position, msg.pose.pose.orientation
+                tr.q[i, :7] = (p.x, p.y, p.z, r.x, r.y, r.z, r.w)
+                lin, ang = msg.twist.twist.linear, msg.twist.twist.angular
+                tr.v[i, :6] = (lin.x, lin.y, lin.z, ang.x, ang.y, ang.z)
+                self.have_odom[i] = True
+        elif topic == f"/{CONTROLLER}/state":
+            msg = self._deserialize(raw, self.topics[topic][0])
+            i = self._tick(msg.header.stamp)
+            if i >= 0:
+                tr.tau[i] = np.asarray(msg.effort)[self._order(msg.name)]
+        elif topic == f"/{CONTROLLER}/reference":
+            msg = self._deserialize(raw, self.topics[topic][0])
+            i = self._tick(msg.header.stamp)
+            if i >= 0:
+                tr.q_ref[i] = msg.position
+                tr.v_ref[i] = msg.velocity
+        elif topic == CONTACT_STATES_TOPIC:
+            msg = self._deserialize(raw, self.topics[topic][0])
+            i = int(round(t_ns * 1e-9 / self.dt))
+            if 0 <= i < self.n and len(msg.data) == len(self.frame_index):
+                tr.contact[i] = np.asarray(msg.data) > 0.5
+        elif topic.startswith(f"/{BRIDGE}/contact_wrench/"):
+            msg = self._deserialize(raw, self.topics[topic][0])
+            i = self._tick(msg.header.stamp) - 1  # the force over the period after tick i
+            if 0 <= i < self.n:
+                f = msg.wrench.force
+                tr.f_meas[i, self.frame_index[topic.rsplit("/", 1)[1]]] = (f.x, f.y, f.z)
+        elif topic.startswith(f"/{CONTROLLER}/contact_wrench/"):
+            msg = self._deserialize(raw, self.topics[topic][0])
+            i = self._tick(msg.header.stamp)
+            if i >= 0:
+                f = msg.wrench.force
+                self.pred_local[i, self.frame_index[topic.rsplit("/", 1)[1]]] = (f.x, f.y, f.z)
+                self.have_pred[i] = True
+
+    def finish(self) -> tuple[Trace, bool, float | None]:
+        """The trace of the ticks that have a state; fall detection as in the lock-step runner."""
+        from .sim.lockstep import FALL_HEIGHT_FRACTION, FALL_TILT_RAD
+
+        tr, model, opts = self.trace, self.model, self.opts
+        pm, data = model.pin_model, model.pin_model.createData()
+        ticks = np.flatnonzero(self.have_js & self.have_odom)
+        for i in np.flatnonzero(self.have_pred & self.have_js & self.have_odom):
+            pin.framesForwardKinematics(pm, data, tr.q[i])  # contact frame → world
+            for c, fid in enumerate(model.contact_frame_ids):
+                tr.f_pred[i, c] = data.oMf[fid].rotation @ self.pred_local[i, c]
+        tr.t = ticks * self.dt
+        for name in ("q", "v", "q_ref", "v_ref", "tau", "f_pred", "f_meas", "contact", "planned_stance",
+                     "base_ref", "tick_s", "fallback"):
+            setattr(tr, name, getattr(tr, name)[ticks])
+        tr.n = ticks.size
+        tr.meta["lost_states"] = int(ticks[-1] + 1 - ticks.size) if ticks.size else 0
+        fell, fall_time = False, None
+        if ticks.size:
+            pin.framesForwardKinematics(pm, data, tr.q[0])
+            ground = float(np.mean([data.oMf[f].translation[2] for f in model.contact_frame_ids]))
+            z_stand = tr.q[0, 2] + opts.crouch  # it spawned crouched
+            low = tr.q[:, 2] - ground < FALL_HEIGHT_FRACTION * (z_stand - ground)
+            up = np.array([1.0 - 2.0 * (q[3] ** 2 + q[4] ** 2) for q in tr.q])  # R[2, 2]
+            bad = np.flatnonzero(low | (up < math.cos(FALL_TILT_RAD)))
+            if bad.size:
+                fell, fall_time = True, float(tr.t[bad[0]])
+        return tr, fell, fall_time
+
+
+# ====================================================================== plot
+def plot(trace: Trace, opts: DemoOptions, path: Path) -> None:
+    """Torques, predicted vs simulated contact forces, base motion and path (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    model = robots.load(opts.robot)
+    t = trace.t[:trace.n]
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8), constrained_layout=True)
+    ax = axes[0, 0]
+    for j, name in enumerate(model.joint_names):
+        ax.plot(t, trace.tau[:trace.n, j], lw=0.6, label=name)
+    ax.set(title=f"joint torque commands ({opts.formulation})", xlabel="t [s]", ylabel="τ [N·m]")
+    ax.legend(fontsize=6, ncol=4, loc="upper right")
+    ax = axes[0, 1]
+    pred = trace.f_pred[:trace.n, :, 2]
+    meas = trace.f_meas[:trace.n, :, 2]
+    ax.plot(t, meas.sum(axis=1), lw=0.8, color="k", label="Σ normal, MuJoCo (measured)")
+    ax.plot(t, pred.sum(axis=1), lw=0.8, color="tab:red", alpha=0.8, label="Σ normal, predicted")
+    ax.plot(t, meas[:, 0], lw=0.5, color="tab:gray", label=f"{model.contact_frames[0]} measured")
+    ax.plot(t, pred[:, 0], lw=0.5, color="tab:orange", alpha=0.8, label=f"{model.contact_frames[0]} predicted")
+    ax.set(title="contact normal forces: predicted vs simulator", xlabel="t [s]", ylabel="f_n [N]")
+    ax.legend(fontsize=7, loc="upper right")
+    ax = axes[1, 0]
+    x = trace.q[:trace.n, 0]
+    ax.plot(t, x, color="tab:blue", label="base x [m]")
+    t0, t1 = opts.trot_window
+    ref_x = np.clip(t - t0, 0.0, t1 - t0) * opts.speed + x[0]
+    ax.plot(t, ref_x, "--", color="tab:blue", lw=0.8, label=f"x of {opts.speed:g} m/s from t={t0:g} s")
+    ax.set(title="base motion", xlabel="t [s]", ylabel="x [m]")
+    ax2 = ax.twinx()
+    ax2.plot(t, trace.q[:trace.n, 2], color="tab:green", lw=0.8, label="base z [m]")
+    ax2.set_ylabel("z [m]")
+    ax.legend(loc="upper left", fontsize=7)
+    ax2.legend(loc="lower right", fontsize=7)
+    ax = axes[1, 1]
+    ax.plot(trace.q[:trace.n, 0], trace.q[:trace.n, 1], color="tab:blue", label="base path")
+    ax.plot(x[0], trace.q[0, 1], "o", color="tab:green", label="start")
+    ax.plot(x[-1], trace.q[trace.n - 1, 1], "s", color="tab:red", label="end")
+    ax.set(title="base path (top view)", xlabel="x [m]", ylabel="y [m]")
+    ax.axis("equal")
+    ax.legend(fontsize=7)
+    fig.suptitle(f"{opts.robot}: stand up, trot {opts.speed:g} m/s for {opts.duration:g} s, stop "
+                 f"({'ROS 2' if opts.ros else 'lock-step'})")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,532 @@
+"""Gait generator: stand and trot, driven by a commanded base velocity (ROS-free).
+
+The locomotion planner of seed 000 §7.2.1, reduced to what the experiments of §7.6
+need: a cyclic contact schedule per foot (gait period, duty factor, touchdown phases),
+swing trajectories planned at liftoff and re-targeted during the swing, Raibert-style
+foot placement, and base references integrated from the commanded planar velocity
+(ẋ, ẏ, θ̇) at the standing height. Each tick it writes the references of a
+:class:`~idyn_control.controller.Controller` (base, feet, joints)::
+
+    gait = Gait(ctrl, q_standing)
+    gait.reset(t, q, v)                       # after ctrl.reset(q, v)
+    gait.set_velocity(0.2, 0.0, 0.0)          # [m/s, m/s, rad/s], heading frame
+    gait.start()                              # "trot"; gait.stop() returns to "stand"
+    gait.update(t, q, v, contact_mask)        # every tick, before ctrl.update(...)
+
+Which feet *swing* is the gait's decision; which feet *touch* is the robot's (the
+``contact_mask`` the controller gets, from sensors or the simulator). The two meet at
+touchdown: a swing foot that touches in the second half of its swing lands early, one
+that has not touched when its swing ends keeps descending slowly until it does.
+
+Joint references come from inverse kinematics of the planned feet at the planned base
+pose (seed 000 §7.2.1: "joint trajectories are determined at each controller cycle
+using inverse kinematics"); they feed the posture task and the tracking metrics of
+seed 000 Table 3.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pinocchio as pin
+
+from .errors import ConfigError, ShapeError
+
+GRAVITY = 9.81  # [m/s²]
+MODES = ("stand", "trot")
+
+
+@dataclass
+class GaitConfig:
+    """Gait parameters (defaults: the trot of seed 000 §7.6).
+
+    Attributes:
+        period: gait cycle duration [s].
+        duty_factor: fraction of the cycle a foot is in stance.
+        step_height: apex of the swing above the straight lift-off → touchdown line [m].
+        touchdown_phases: phase of each foot's touchdown in [0, 1), contact-frame order.
+            ``None``: the trot of seed 000 §7.6 — {0.25, 0.75, 0.75, 0.25} for {left
+            front, right front, left hind, right hind}, assigned from the feet's nominal
+            positions (x > 0 is front, y > 0 is left), so any frame order works.
+        max_acceleration: rate limit of the commanded planar velocity [m/s²].
+        max_yaw_acceleration: rate limit of the commanded yaw rate [rad/s²].
+        feedback_gain: Raibert correction of the touchdown point per unit velocity error
+            [s]; ``None`` = √(h/g), the capture-point time constant at standing height h.
+        max_step_correction: bound of that correction [m].
+        max_position_error: horizontal distance the base reference may lead the measured
+            base [m] (no wind-up when the robot lags).
+        touchdown_depth: the swing ends this far below the ground [m] so it lands firmly.
+        early_touchdown: fraction of the swing after which a sensed contact ends it.
+        late_descent_speed: how fast a swing foot that missed the ground keeps going down
+            [m/s], for at most ``late_touchdown_time`` [s], before it is declared stance.
+        regain_contact_time: a planted foot that has not touched the ground for this long
+            [s] (it bounced) descends again onto its foothold, as a late touchdown.
+        stand_up_time: time to reach the standing height from the height at reset [s].
+        stand_shift_speed: speed at which a standing robot brings its CoM over the centre
+            of its feet [m/s].
+        ik_iterations: Newton iterations of the joint-reference IK per tick (warm-started).
+    """
+
+    period: float = 0.3
+    duty_factor: float = 0.75
+    step_height: float = 0.015
+    touchdown_phases: Sequence[float] | None = None
+    max_acceleration: float = 1.0
+    max_yaw_acceleration: float = 2.0
+    feedback_gain: float | None = None
+    max_step_correction: float = 0.04
+    max_position_error: float = 0.03
+    touchdown_depth: float = 0.002
+    early_touchdown: float = 0.5
+    late_descent_speed: float = 0.1
+    late_touchdown_time: float = 0.1
+    regain_contact_time: float = 0.01
+    stand_up_time: float = 1.0
+    stand_shift_speed: float = 0.05
+    ik_iterations: int = 1
+
+    def validate(self, n_feet: int) -> None:
+        for key in ("period", "step_height", "max_acceleration", "max_yaw_acceleration",
+                    "max_step_correction", "max_position_error", "touchdown_depth",
+                    "late_descent_speed", "late_touchdown_time", "regain_contact_time", "stand_up_time",
+                    "stand_shift_speed"):
+            value = getattr(self, key)
+            if not (np.isfinite(value) and value >= 0.0):
+                raise ConfigError(key, value, "must be finite and ≥ 0")
+        if self.period <= 0.0:
+            raise ConfigError("period", self.period, "must be > 0 [s]")
+        if not 0.0 < self.duty_factor < 1.0:
+            raise ConfigError("duty_factor", self.duty_factor, "must be in (0, 1)")
+        if not 0.0 <= self.early_touchdown <= 1.0:
+            raise ConfigError("early_touchdown", self.early_touchdown, "must be in [0, 1]")
+        if self.feedback_gain is not None and not (np.isfinite(self.feedback_gain) and self.feedback_gain >= 0):
+            raise ConfigError("feedback_gain", self.feedback_gain, "must be finite and ≥ 0")
+        if self.ik_iterations < 0:
+            raise ConfigError("ik_iterations", self.ik_iterations, "must be ≥ 0")
+        if self.touchdown_phases is not None:
+            phases = np.asarray(self.touchdown_phases, dtype=float)
+            if phases.shape != (n_feet,):
+                raise ShapeError("touchdown_phases", phases.shape, (n_feet,))
+            if not np.all((phases >= 0.0) & (phases < 1.0)):
+                raise ConfigError("touchdown_phases", self.touchdown_phases, "must be in [0, 1)")
+
+
+def min_jerk(s: float) -> tuple[float, float, float]:
+    """Quintic 0 → 1 on s ∈ [0, 1] with zero velocity and acceleration at both ends:
+    value, d/ds, d²/ds²."""
+    s = min(max(s, 0.0), 1.0)
+    return (s**3 * (10.0 - 15.0 * s + 6.0 * s * s),
+            30.0 * s * s * (1.0 - s) ** 2,
+            60.0 * s * (1.0 - s) * (1.0 - 2.0 * s))
+
+
+def swing_bump(s: float) -> tuple[float, float, float]:
+    """64 s³(1 − s)³: 0 at both ends, 1 at s = ½, zero velocity and acceleration at the
+    ends (smooth lift-off and touchdown): value, d/ds, d²/ds²."""
+    s = min(max(s, 0.0), 1.0)
+    u = 1.0 - s
+    return (64.0 * s**3 * u**3,
+            192.0 * s * s * u * u * (u - s),
+            384.0 * s * u * (1.0 - 5.0 * s + 5.0 * s * s))
+
+
+def _rot_z(yaw: float) -> np.ndarray:
+    c, s = math.cos(yaw), math.sin(yaw)
+    return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+
+
+def _yaw_of(R: np.ndarray) -> float:
+    return math.atan2(R[1, 0], R[0, 0])
+
+
+class Gait:
+    """Stand/trot gait writing the references of a :class:`Controller`.
+
+    Attributes (updated by :meth:`update`; contact-frame order, world frame):
+        mode: "stand" or "trot".
+        planned_stance: (k,) bool, the contact schedule now (True = planned stance).
+        swinging: (k,) bool, feet following a swing trajectory now.
+        foot_position_ref, foot_velocity_ref, foot_acceleration_ref: (k, 3) [m, m/s, m/s²].
+        base_position_ref: (3,) [m]; base_yaw_ref [rad]; base_velocity_ref (3,) [m/s].
+        velocity_command: (3,) the target (vx, vy, yaw rate), heading frame.
+        velocity_filtered: (3,) the rate-limited command the references use.
+        q_joint_ref, v_joint_ref: joint references from inverse kinematics.
+        standing_height: base height the gait holds [m]; ground_height: foot-frame
+            height of a foot on the ground [m].
+    """
+
+    def __init__(self, controller, standing_q: np.ndarray, config: GaitConfig | None = None):
+        model = controller.model
+        if not model.floating_base or not model.contacts:
+            raise ConfigError("robot", model.pin_model.name, "the gait needs a floating base with contact frames")
+        self.controller = controller
+        self.model = model
+        self.config = config or GaitConfig()
+        k = len(model.contacts)
+        self.config.validate(k)
+        self.n_feet = k
+        pm = model.pin_model
+        self._data = pm.createData()
+        q0 = np.asarray(standing_q, dtype=float).copy()
+        if q0.shape != (model.nq,):
+            raise ShapeError("standing_q", q0.shape, (model.nq,))
+        pin.framesForwardKinematics(pm, self._data, q0)
+        R0 = pin.Quaternion(q0[6], q0[3], q0[4], q0[5]).toRotationMatrix()
+        feet = np.array([self._data.oMf[f].translation for f in model.contact_frame_ids])
+        com = pin.centerOfMass(pm, self._data, q0)
+        #: nominal footholds relative to the base (heading frame), centred on the centre of
+        #: mass rather than the base origin: a diagonal support line then passes through
+        #: the CoM and gravity does not roll the body about it during the trot
+        offsets = (R0.T @ (feet - q0[:3]).T).T
+        self.com_offset = R0.T @ (com - q0[:3])  # [m], base frame
+        offsets[:, :2] += self.com_offset[:2] - offsets[:, :2].mean(axis=0)
+        self.foot_offsets = offsets
+        self.ground_height = float(feet[:, 2].mean())
+        self.standing_height = float(q0[2])
+        self.q_standing = q0
+        self.touchdown_phases = self._touchdown_phases()
+        self.swing_duration = (1.0 - self.config.duty_factor) * self.config.period
+        self.stance_duration = self.config.duty_factor * self.config.period
+        g = self.config.feedback_gain
+        self.feedback_gain = math.sqrt(max(self.standing_height - self.ground_height, 1e-3) / GRAVITY) if g is None else g
+
+        self.mode = "stand"
+        self._stop_requested = False
+        self._t_stopped: float | None = None
+        self._t_cycle0 = 0.0
+        self._t_prev: float | None = None
+        self.velocity_command = np.zeros(3)
+        self.velocity_filtered = np.zeros(3)
+        self.base_position_ref = q0[:3].copy()
+        self.base_yaw_ref = 0.0
+        self.base_velocity_ref = np.zeros(3)
+        self.base_angular_ref = np.zeros(3)
+        self._stand_from = self.standing_height
+        self._t_reset = 0.0
+        self.planned_stance = np.ones(k, dtype=bool)
+        self.swinging = np.zeros(k, dtype=bool)
+        self._swung = np.zeros(k, dtype=bool)       # a swing already started in this window
+        self._off_ground = np.zeros(k, dtype=int)   # ticks a planted foot has not touched
+        self._swing_start = np.zeros(k)             # time of lift-off [s]
+        self._liftoff = np.zeros((k, 3))            # foot position at lift-off [m]
+        self._touchdown = np.zeros((k, 3))          # planned touchdown point [m]
+        self._stance_position = feet.copy()         # where each stance foot is planted [m]
+        self.foot_position_ref = feet.copy()
+        self.foot_velocity_ref = np.zeros((k, 3))
+        self.foot_acceleration_ref = np.zeros((k, 3))
+        self.q_joint_ref = q0[model.joint_q_index].copy()
+        self.v_joint_ref = np.zeros(model.na)
+        self.a_joint_ref = np.zeros(model.na)
+        self._q_ik = q0.copy()
+        self._J_feet = np.zeros((3 * k, model.nv))
+        self._err = np.zeros(3 * k)
+        self._rhs = np.zeros((3 * k, 2))
+        self._ik_damping = 1e-8 * np.eye(3 * k)
+
+    # ------------------------------------------------------------------ commands
+    def set_velocity(self, vx: float = 0.0, vy: float = 0.0, yaw_rate: float = 0.0) -> None:
+        """Commanded planar base velocity: [m/s] forward/left in the heading frame, [rad/s]."""
+        cmd = np.array([vx, vy, yaw_rate], dtype=float)
+        if not np.isfinite(cmd).all():
+            raise ConfigError("velocity", cmd.tolist(), "must be finite")
+        self.velocity_command[:] = cmd
+
+    def start(self, t: float | None = None) -> None:
+        """Start trotting (at the next update, or at time ``t`` [s])."""
+        if self.mode != "trot":
+            self.mode = "trot"
+            self._t_cycle0 = self._t_prev if t is None and self._t_prev is not None else (t or 0.0)
+            self._swung[:] = False
+        self._stop_requested = False
+        self._t_stopped = None
+
+    def stop(self) -> None:
+        """Ramp the velocity to zero, finish the swings, then stand (all feet planted)."""
+        self.velocity_command[:] = 0.0
+        if self.mode == "trot":
+            self._stop_requested = True
+
+    def set_mode(self, mode: str) -> None:
+        if mode not in MODES:
+            raise ConfigError("gait", mode, f"must be one of {MODES}")
+        self.start() if mode == "trot" else self.stop()
+
+    # ------------------------------------------------------------------ tick
+    def reset(self, t: float, q: np.ndarray, v: np.ndarray) -> None:
+        """Take the measured state: stand where the robot is, rise to the standing height."""
+        q = np.asarray(q, dtype=float)
+        pm = self.model.pin_model
+        pin.framesForwardKinematics(pm, self._data, q)
+        self.mode = "stand"
+        self._stop_requested = False
+        self._t_stopped = None
+        self.velocity_command[:] = 0.0
+        self.velocity_filtered[:] = 0.0
+        R = pin.Quaternion(q[6], q[3], q[4], q[5]).toRotationMatrix()
+        self.base_yaw_ref = _yaw_of(R)
+        self.base_position_ref[:] = q[:3]
+        self._stand_from = float(q[2])
+        self._t_reset = t
+        self._t_prev = t
+        self.planned_stance[:] = True
+        self.swinging[:] = False
+        self._swung[:] = False
+        self._off_ground[:] = 0
+        for i, f in enumerate(self.model.contact_frame_ids):
+            self._stance_position[i] = self._data.oMf[f].translation
+        # the ground is where the feet are now (the foot radius of a simulator or a real
+        # robot is not in the model): heights are kept relative to it
+        clearance = self.standing_height - self.ground_height
+        self.ground_height = float(self._stance_position[:, 2].mean())
+        self.standing_height = self.ground_height + clearance
+        self.foot_position_ref[:] = self._stance_position
+        self.foot_velocity_ref[:] = 0.0
+        self.foot_acceleration_ref[:] = 0.0
+        self._q_ik[:] = q
+        self.q_joint_ref[:] = q[self.model.joint_q_index]
+        self.v_joint_ref[:] = 0.0
+
+    def phase(self, t: float) -> float:
+        """Gait phase in [0, 1) at time ``t`` [s] (meaningful while trotting)."""
+        return ((t - self._t_cycle0) / self.config.period) % 1.0
+
+    def update(self, t: float, q: np.ndarray, v: np.ndarray, contact_mask: Sequence[bool]) -> None:
+        """Advance to time ``t`` [s] with the measured (q, v) (Pinocchio conventions) and
+        contact estimates, and write the controller's references."""
+        dt = 0.0 if self._t_prev is None else max(t - self._t_prev, 0.0)
+        self._t_prev = t
+        mask = np.asarray(contact_mask, dtype=bool)
+        if mask.shape != (self.n_feet,):
+            raise ShapeError("contact_mask", mask.shape, (self.n_feet,))
+        R = pin.Quaternion(q[6], q[3], q[4], q[5]).toRotationMatrix()
+        v_world = R @ v[:3]
+        pm = self.model.pin_model
+        pin.framesForwardKinematics(pm, self._data, q)
+        feet = [self._data.oMf[f].translation for f in self.model.contact_frame_ids]
+
+        self._update_base(t, dt, q, v_world)
+        if self.mode == "trot":
+            self._update_schedule(t, mask, feet)
+        else:
+            self.planned_stance[:] = True
+        self._update_feet(t, dt, q, v_world, mask, feet)
+        self._solve_ik()
+        self._write_references()
+
+    # ------------------------------------------------------------------ internals
+    def _update_base(self, t: float, dt: float, q: np.ndarray, v_world: np.ndarray) -> None:
+        c = self.config
+        # rate-limited command
+        step = np.array([c.max_acceleration, c.max_acceleration, c.max_yaw_acceleration]) * dt
+        self.velocity_filtered += np.clip(self.velocity_command - self.velocity_filtered, -step, step)
+        if self.mode == "stand":
+            self.velocity_filtered[:] = 0.0
+        vx, vy, wz = self.velocity_filtered
+        self.base_yaw_ref += wz * dt
+        Rz = _rot_z(self.base_yaw_ref)
+        self.base_velocity_ref[:] = Rz @ np.array([vx, vy, 0.0])
+        self.base_angular_ref[:] = (0.0, 0.0, wz)
+        self.base_position_ref[:2] += self.base_velocity_ref[:2] * dt
+        if self.mode == "stand":
+            # standing: bring the CoM over the centre of the feet (slowly, c.stand_shift_speed)
+            target = self._stance_position[:, :2].mean(axis=0) - (Rz @ self.com_offset)[:2]
+            shift = np.clip(target - self.base_position_ref[:2], -c.stand_shift_speed * dt, c.stand_shift_speed * dt)
+            self.base_position_ref[:2] += shift
+        lead = self.base_position_ref[:2] - q[:2]
+        dist = float(np.hypot(*lead))
+        if dist > c.max_position_error:  # no wind-up: stay within reach of the robot
+            self.base_position_ref[:2] = q[:2] + lead * (c.max_position_error / dist)
+        # height: smooth rise from the height at reset to the standing height
+        T = c.stand_up_time
+        s = 1.0 if T <= 0.0 else (t - self._t_reset) / T
+        h, dh, _ = min_jerk(s)
+        self.base_position_ref[2] = self._stand_from + (self.standing_height - self._stand_from) * h
+        self.base_velocity_ref[2] = 0.0 if T <= 0.0 or s >= 1.0 else (
+            (self.standing_height - self._stand_from) * dh / T)
+
+    def _update_schedule(self, t: float, mask: np.ndarray, feet) -> None:
+        c = self.config
+        phase = self.phase(t)
+        swing_frac = 1.0 - c.duty_factor
+        # stopping: keep stepping until the velocity has ramped to zero, then one more
+        # cycle (feet land under the hips), then no new swings; stand once all landed
+        if self._stop_requested and self._t_stopped is None and not np.any(self.velocity_filtered):
+            self._t_stopped = t
+        no_new_swings = self._t_stopped is not None and t - self._t_stopped >= c.period
+        since = (phase - (self.touchdown_phases - swing_frac)) % 1.0  # cycles since lift-off phase
+        in_window = since < swing_frac
+        due = (in_window & ~self._swung & ~self.swinging & (since * c.period < 0.5 * self.swing_duration)
+               & (not no_new_swings))
+        if due.any():
+            # lift only when the feet that stay down touch the ground: a foot that has not
+            # landed yet (late touchdown) keeps its partners down until it does
+            staying = ~due & ~self.swinging
+            if staying.sum() >= 2 and mask[staying].all():
+                for i in np.flatnonzero(due):
+                    self.swinging[i] = True
+                    self._swung[i] = True
+                    self._swing_start[i] = t
+                    self._liftoff[i] = feet[i]
+        self._swung[~in_window] = False  # the next window starts a new swing
+        self.planned_stance[:] = ~(in_window & (self.swinging | (not no_new_swings)))
+        if no_new_swings and not self.swinging.any():
+            self.mode = "stand"
+            self._stop_requested = False
+            self._t_stopped = None
+            self.planned_stance[:] = True
+
+    def _update_feet(self, t: float, dt: float, q: np.ndarray, v_world: np.ndarray,
+                     mask: np.ndarray, feet) -> None:
+        c = self.config
+        Ts = self.swing_duration
+        vx, vy, wz = self.velocity_filtered
+        for i in range(self.n_feet):
+            if not self.swinging[i]:
+                # a planted foot that lost the ground (bounced at touchdown, kicked) goes
+                # back down onto its foothold, slowly, like a late touchdown
+                self._off_ground[i] = 0 if mask[i] else self._off_ground[i] + 1
+                if self._off_ground[i] * max(dt, 1e-9) >= c.regain_contact_time and self.mode == "trot":
+                    self.swinging[i] = True
+                    self._swing_start[i] = t - Ts  # past the end of the trajectory: descend
+                    self._liftoff[i] = feet[i]
+                    self._touchdown[i] = self._stance_position[i]
+                    self._touchdown[i, 2] = self.ground_height - c.touchdown_depth
+                    self._off_ground[i] = 0
+                    continue
+                self.foot_position_ref[i] = self._stance_position[i]
+                self.foot_velocity_ref[i] = 0.0
+                self.foot_acceleration_ref[i] = 0.0
+                continue
+            s = (t - self._swing_start[i]) / Ts
+            if mask[i] and s >= c.early_touchdown:  # touchdown (early or on time)
+                self._plant(i, feet[i])
+                continue
+            if s < 1.0 - 0.2 and self.mode == "trot":  # re-target until the last fifth of the swing
+                self._touchdown[i] = self._raibert_target(i, t_td=self._swing_start[i] + Ts,
+                                                          t=t, q=q, v_world=v_world)
+            p0, p1 = self._liftoff[i], self._touchdown[i]
+            if s < 1.0:
+                m, dm, ddm = min_jerk(s)
+                b, db, ddb = swing_bump(s)
+                self.foot_position_ref[i] = p0 + (p1 - p0) * m
+                self.foot_velocity_ref[i] = (p1 - p0) * dm / Ts
+                self.foot_acceleration_ref[i] = (p1 - p0) * ddm / Ts**2
+                self.foot_position_ref[i, 2] += c.step_height * b
+                self.foot_velocity_ref[i, 2] += c.step_height * db / Ts
+                self.foot_acceleration_ref[i, 2] += c.step_height * ddb / Ts**2
+            else:  # late: the ground is lower than planned; keep going down, then give up
+                late = t - (self._swing_start[i] + Ts)
+                p1 = self._touchdown[i]
+                self.foot_position_ref[i] = p1
+                self.foot_position_ref[i, 2] = p1[2] - c.late_descent_speed * late
+                self.foot_velocity_ref[i] = (0.0, 0.0, -c.late_descent_speed)
+                self.foot_acceleration_ref[i] = 0.0
+                if late >= c.late_touchdown_time:
+                    self._plant(i, feet[i])
+
+    def _plant(self, i: int, position: np.ndarray) -> None:
+        self.swinging[i] = False
+        self._stance_position[i] = position
+        self._stance_position[i, 2] = min(position[2], self.ground_height)
+        self.foot_position_ref[i] = self._stance_position[i]
+        self.foot_velocity_ref[i] = 0.0
+        self.foot_acceleration_ref[i] = 0.0
+
+    def _raibert_target(self, i: int, *, t_td: float, t: float, q: np.ndarray, v_world: np.ndarray) -> np.ndarray:
+        """Touchdown point: the hip's nominal foot position when the foot lands, plus half
+        the stance's travel, plus a capture-point correction of the velocity error."""
+        c = self.config
+        remaining = max(t_td - t, 0.0)
+        vx, vy, wz = self.velocity_filtered
+        yaw_td = self.base_yaw_ref + wz * remaining
+        Rz_td = _rot_z(yaw_td)
+        base_td = q[:2] + self.base_velocity_ref[:2] * remaining
+        offset = Rz_td @ self.foot_offsets[i]
+        hip_velocity = self.base_velocity_ref[:2] + wz * np.array([-offset[1], offset[0]])
+        correction = self.feedback_gain * (v_world[:2] - self.base_velocity_ref[:2])
+        norm = float(np.hypot(*correction))
+        if norm > c.max_step_correction:
+            correction *= c.max_step_correction / norm
+        target = np.empty(3)
+        target[:2] = base_td + offset[:2] + 0.5 * self.stance_duration * hip_velocity + correction
+        target[2] = self.ground_height - c.touchdown_depth
+        return target
+
+    def _touchdown_phases(self) -> np.ndarray:
+        if self.config.touchdown_phases is not None:
+            return np.asarray(self.config.touchdown_phases, dtype=float)
+        # seed 000 §7.6: {LF, RF, LH, RH} → {0.25, 0.75, 0.75, 0.25}: diagonal pairs
+        phases = np.empty(self.n_feet)
+        for i, (x, y, _) in enumerate(self.foot_offsets):
+            front, left = x > 0.0, y > 0.0
+            phases[i] = 0.25 if front == left else 0.75
+        return phases
+
+    def _solve_ik(self) -> None:
+        """Joint references: the feet at their references with the base at its reference.
+
+        Damped Newton steps on all feet at once (warm-started from the previous tick),
+        then joint velocities and accelerations from J_j v_j = v_foot − J_b v_b.
+        """
+        m, pm, data = self.model, self.model.pin_model, self._data
+        nb = m.n_base
+        q = self._q_ik
+        q[:3] = self.base_position_ref
+        quat = pin.Quaternion(_rot_z(self.base_yaw_ref))
+        q[3:7] = (quat.x, quat.y, quat.z, quat.w)
+        lwa = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
+        J, err = self._J_feet, self._err
+        for it in range(self.config.ik_iterations + 1):
+            pin.computeJointJacobians(pm, data, q)
+            pin.updateFramePlacements(pm, data)
+            for i, f in enumerate(m.contact_frame_ids):
+                J[3 * i:3 * i + 3] = pin.getFrameJacobian(pm, data, f, lwa)[:3]
+                err[3 * i:3 * i + 3] = self.foot_position_ref[i] - data.oMf[f].translation
+            if it == self.config.ik_iterations:
+                break  # J at the solution: for the velocities below
+            q[m.joint_q_index] += self._damped_solve(J[:, nb:], err)
+        q[m.joint_q_index] = np.clip(q[m.joint_q_index], m.q_lower, m.q_upper)
+        self.q_joint_ref[:] = q[m.joint_q_index]
+        R = _rot_z(self.base_yaw_ref)
+        v_base = np.concatenate((R.T @ self.base_velocity_ref, R.T @ self.base_angular_ref))  # base frame
+        rhs = self._rhs
+        rhs[:, 0] = self.foot_velocity_ref.reshape(-1) - J[:, :nb] @ v_base
+        rhs[:, 1] = self.foot_acceleration_ref.reshape(-1)
+        sol = self._damped_solve(J[:, nb:], rhs)
+        self.v_joint_ref[:] = sol[:, 0]
+        self.a_joint_ref[:] = sol[:, 1]
+
+    def _damped_solve(self, Jj: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+        """Jjᵀ (Jj Jjᵀ + λI)⁻¹ rhs: least-norm joint motion, bounded near a straight leg."""
+        A = Jj @ Jj.T
+        A += self._ik_damping
+        return Jj.T @ np.linalg.solve(A, rhs)
+
+    def _write_references(self) -> None:
+        ctrl = self.controller
+        ctrl.set_base_reference(self.base_position_ref, _rot_z(self.base_yaw_ref),
+                                self.base_velocity_ref, self.base_angular_ref)
+        for i in range(self.n_feet):
+            ctrl.set_foot_reference(i, self.foot_position_ref[i], self.foot_velocity_ref[i],
+                                    self.foot_acceleration_ref[i], swing=bool(self.swinging[i]))
+        ctrl.set_joint_reference(self.q_joint_ref, self.v_joint_ref, self.a_joint_ref)
+
+
+def crouched_configuration(model, q_stand: np.ndarray, crouch: float) -> np.ndarray:
+    """``q_stand`` with the base ``crouch`` [m] lower and the feet where they were (IK):
+    where a robot starts when it has to stand up."""
+    q = np.asarray(q_stand, dtype=float).copy()
+    if crouch <= 0.0:
+        return q
+    from .controller import Controller, ControllerConfig
+
+    gait = Gait(Controller(model, ControllerConfig(formulation="rnea")), q)
+    gait.reset(0.0, q, np.zeros(model.nv))
+    gait.base_position_ref[2] = q[2] - crouch
+    gait._solve_ik()
+    q[2] -= crouch
+    q[model.joint_q_index] = gait.q_joint_ref
+    return q

@@ -1,0 +1,446 @@
+"""``idyn_sim``: MuJoCo behind the topics of ros2_control + a simulator (DESIGN.md §5).
+
+    ros2 run idyn_control idyn_sim --ros-args -p robot:=solo12 -p real_time:=false
+
+It stands in for Gazebo + gz_ros2_control + a JointGroupEffortController: it takes
+effort commands, steps the physics at ``rate`` (1 kHz; ``substeps`` physics steps per
+period) and publishes what the controller node reads.
+
+- In: ``command_topic`` std_msgs/Float64MultiArray (reliable), one effort per
+  ``command_joints`` entry [N·m]. A command of the wrong length or with NaN/inf is
+  ignored (counted, logged throttled); the last good one keeps acting until it is older
+  than ``command_timeout`` [s, simulated], then the joints get zero torque, as a
+  hardware interface whose command stream stopped.
+- Out (every period, stamped with the simulated time): ``/clock`` (rosgraph_msgs/Clock);
+  ``/odom`` (nav_msgs/Odometry, ground-truth base pose in ``odom_frame``, twist in the
+  base frame, REP-105); contact estimates on ``contact_states_topic`` (the controller's
+  ``~/contact_states``: :data:`CONTACT_STATES_TYPE`, 1.0 / 0.0 per ``contact_frames``
+  entry, 1.0 when MuJoCo's normal force on the foot exceeds ``contact_threshold``);
+  ``~/contact_wrench/<frame>`` (geometry_msgs/WrenchStamped, the force the ground
+  applied over the period, world frame, ``header.frame_id = odom_frame``: the measured
+  forces for the ``sensed`` formulation and for scoring predictions); ``/joint_states``
+  last (sensor_msgs/JointState with the applied efforts), so a controller that ticks on
+  joint states has the rest of the state already.
+- ``~/status`` diagnostic_msgs/DiagnosticArray at 1 Hz: steps, real-time factor, command
+  counters (received, rejected, timeouts, lock-step waits).
+
+Timing (``real_time``): true paces the physics to the wall clock, whatever the
+controller does (commands that arrive late act late, as on hardware); false runs as fast
+as possible and, with ``lockstep`` (default), publishes a state and waits for the
+command that answers it (at most ``lockstep_timeout`` wall seconds) before stepping —
+deterministic closed loop over real DDS. The controller then runs with
+``use_sim_time:=true`` and ticks on ``/joint_states`` (its ``triggered`` loop).
+``start_paused`` (default true) holds the physics until the first command arrives.
+"""
+
+from __future__ import annotations
+
+import array
+import math
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import WrenchStamped
+from nav_msgs.msg import Odometry
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.signals import SignalHandlerOptions
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+
+from .. import robots
+from ..errors import IdynError
+from ..gait import crouched_configuration
+from ..sim.lockstep import ARM_READY, CONTACT_THRESHOLD_N
+from ..sim.mujoco_model import build_mujoco
+
+NODE_NAME = "idyn_sim"
+#: message type of the contact estimates (the controller's ~/contact_states)
+CONTACT_STATES_TYPE = Float64MultiArray
+COMMAND_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE)
+STATE_QOS = QoSProfile(depth=10, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
+                       durability=DurabilityPolicy.VOLATILE)
+CLOCK_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT)
+LOG_THROTTLE_S = 2.0
+PAUSED_PUBLISH_S = 0.01  # paused: re-publish the state this often (wall) until commands come
+LOCKSTEP_RESEND_S = 0.02  # lock-step: re-publish an unanswered state after this long (wall)
+
+
+@dataclass(frozen=True)
+class BridgeParam:
+    name: str
+    default: Any
+    description: str
+    range: tuple[float, float] | None = None
+    read_only: bool = True
+
+
+PARAMETERS: tuple[BridgeParam, ...] = (
+    BridgeParam("robot", "solo12", f"known robot ({', '.join(robots.names())})"),
+    BridgeParam("rate", 1000.0, "control period rate: state out, command in [Hz]", (10.0, 10000.0)),
+    BridgeParam("substeps", 1, "physics steps per control period", (1, 100)),
+    BridgeParam("friction", 0.7, "ground Coulomb friction μ; ≥ 1000 means 'infinite'", (0.01, 1e6)),
+    BridgeParam("compliant", False, "soft ground (about 1 mm penetration at rest) instead of rigid"),
+    BridgeParam("real_time", True, "pace the physics to the wall clock; false = as fast as possible"),
+    BridgeParam("lockstep", True, "not real time: after each state wait for the command that answers it"),
+    BridgeParam("lockstep_timeout", 2.0, "lock-step: longest wait for a command before stepping anyway "
+                "[s, wall]; the state is re-published every 20 ms meanwhile", (0.0, 60.0)),
+    BridgeParam("start_paused", True, "hold the physics until the first command arrives"),
+    BridgeParam("command_timeout", 0.02, "zero torque when the last good command is older [s, simulated]",
+                (0.0, 10.0), read_only=False),
+    BridgeParam("command_topic", "/effort_controller/commands", "effort commands (Float64MultiArray)"),
+    BridgeParam("command_joints", [""], "joint order of the commands; empty = the model's joint order"),
+    BridgeParam("contact_states_topic", "/idyn_controller/contact_states",
+                "contact estimates (Float64MultiArray, 1.0/0.0 per contact frame)"),
+    BridgeParam("contact_threshold", CONTACT_THRESHOLD_N, "normal force above which a foot is in contact [N]", (0.0, 1e4),
+                read_only=False),
+    BridgeParam("spawn_crouch", 0.0, "spawn the base this far below its standing height, feet on the "
+                "ground [m]", (0.0, 0.2)),
+    BridgeParam("odom_frame", "odom", "frame of /odom poses and of the contact wrenches"),
+    BridgeParam("base_frame", "", "child_frame_id of /odom; empty = the URDF root link"),
+    BridgeParam("publish_wrenches", True, "publish ~/contact_wrench/<frame> every period"),
+)
+
+
+def _descriptor(p: BridgeParam) -> ParameterDescriptor:
+    d = ParameterDescriptor(name=p.name, description=p.description, read_only=p.read_only)
+    if p.range is not None:
+        if isinstance(p.default, bool):
+            pass
+        elif isinstance(p.default, int):
+            d.integer_range = [IntegerRange(from_value=int(p.range[0]), to_value=int(p.range[1]), step=0)]
+        else:
+            d.floating_point_range = [FloatingPointRange(from_value=float(p.range[0]),
+                                                         to_value=float(p.range[1]), step=0.0)]
+    return d
+
+
+class SimBridgeNode(Node):
+    """MuJoCo + the ros2_control-like topics (see the module docstring)."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(NODE_NAME, **kwargs)
+        for p in PARAMETERS:
+            self.declare_parameter(p.name, p.default, _descriptor(p))
+        get = lambda name: self.get_parameter(name).value  # noqa: E731
+        self.robot_name: str = get("robot")
+        self.rate_hz = float(get("rate"))
+        self.period_s = 1.0 / self.rate_hz
+        self.substeps = int(get("substeps"))
+        self.real_time = bool(get("real_time"))
+        self.lockstep = bool(get("lockstep")) and not self.real_time
+        self.lockstep_timeout = float(get("lockstep_timeout"))
+        self.command_timeout = float(get("command_timeout"))
+        self.contact_threshold = float(get("contact_threshold"))
+        self.publish_wrenches = bool(get("publish_wrenches"))
+        friction = float(get("friction"))
+        friction = math.inf if friction >= 1e3 else friction
+
+        self.robot = robots.load(self.robot_name, friction=None if math.isinf(friction) else friction) \
+            if robots.spec(self.robot_name).contact_frames else robots.load(self.robot_name)
+        m = self.robot
+        self.sim = build_mujoco(m, friction=friction, compliant=bool(get("compliant")),
+                                timestep=self.period_s / self.substeps)
+        joints = [j for j in get("command_joints") if j]
+        self.command_joints = tuple(joints) if joints else m.joint_names
+        self._cmd_index = m.joint_order(self.command_joints)  # command entry i → model joint
+        self.k = len(m.contacts)
+
+        # spawn
+        if m.floating_base:
+            radius = self.sim.contacts[0].radius if self.sim.contacts else 0.0
+            q0 = robots.standing_configuration(m, self.robot_name, foot_height=radius)
+            crouch = float(get("spawn_crouch"))
+            if crouch > 0.0:
+                q0 = crouched_configuration(m, q0, crouch)
+        else:
+            ready = ARM_READY.get(self.robot_name)
+            q0 = np.array(ready) if ready is not None else m.neutral()
+        self.sim.set_state(q0, np.zeros(m.nv))
+
+        # command state (written by the subscription callback)
+        self._lock = threading.Lock()
+        self._tau_cmd = np.zeros(m.na)          # model order
+        self._tau_applied = np.zeros(m.na)
+        self._cmd_time = -math.inf              # simulated time of the last good command
+        self._cmd_seq = 0                       # good commands received
+        self._cmd_event = threading.Event()
+        self.counters = {"commands": 0, "rejected_length": 0, "rejected_nonfinite": 0,
+                         "timeouts": 0, "lockstep_timeouts": 0, "lockstep_resends": 0, "steps": 0}
+        self._timed_out = True
+        self._log_times: dict[str, float] = {}
+
+        # messages (preallocated; arrays are numpy views onto the message buffers)
+        base = (get("base_frame") or _root_link(m)) if m.floating_base else ""
+        odom_frame = get("odom_frame")
+        self._js = JointState()
+        self._js.name = list(m.joint_names)
+        for f in ("position", "velocity", "effort"):
+            setattr(self._js, f, array.array("d", bytes(8 * m.na)))
+        self._js_views = [np.frombuffer(getattr(self._js, f), dtype=float) for f in ("position", "velocity", "effort")]
+        self._odom = Odometry()
+        self._odom.header.frame_id = odom_frame
+        self._odom.child_frame_id = base
+        self._contacts = CONTACT_STATES_TYPE()
+        self._contacts.data = array.array("d", bytes(8 * self.k))
+        self._contacts_view = np.frombuffer(self._contacts.data, dtype=float)
+        self._wrenches = []
+        for frame in m.contact_frames:
+            w = WrenchStamped()
+            w.header.frame_id = odom_frame
+            self._wrenches.append(w)
+        self._clock = Clock()
+        self._forces = np.zeros((self.k, 3))
+        self._forces_step = np.zeros((self.k, 3))
+        if self.k:
+            self.sim.contact_forces_array(self._forces)  # the spawn state's contacts
+
+        self.pub_js = self.create_publisher(JointState, "/joint_states", STATE_QOS)
+        self.pub_odom = self.create_publisher(Odometry, "/odom", STATE_QOS) if m.floating_base else None
+        self.pub_contacts = (self.create_publisher(CONTACT_STATES_TYPE, get("contact_states_topic"), STATE_QOS)
+                             if self.k else None)
+        self.pub_wrench = [self.create_publisher(WrenchStamped, f"~/contact_wrench/{f}", STATE_QOS)
+                           for f in m.contact_frames]
+        self.pub_clock = self.create_publisher(Clock, "/clock", CLOCK_QOS)
+        self.pub_status = self.create_publisher(DiagnosticArray, "~/status", STATE_QOS)
+        self.create_subscription(Float64MultiArray, get("command_topic"), self._on_command, COMMAND_QOS)
+        self.add_on_set_parameters_callback(self._on_parameters)
+
+        self._running = False
+        self._thread: threading.Thread | None = None
+        self._paused = bool(get("start_paused"))
+        self._wall_start = 0.0
+        self._sim_start = 0.0
+        self.get_logger().info(
+            f"{m!r} in MuJoCo at {self.rate_hz:g} Hz × {self.substeps} substeps, "
+            f"{'real time' if self.real_time else ('lock-step' if self.lockstep else 'as fast as possible')}, "
+            f"ground μ={self.sim.friction:g} {'compliant' if self.sim.compliant else 'rigid'}; commands on "
+            f"{get('command_topic')} for {list(self.command_joints)}"
+            + ("; paused until the first command" if self._paused else ""))
+
+    # ------------------------------------------------------------------ commands
+    def _on_command(self, msg: Float64MultiArray) -> None:
+        data = msg.data
+        n = len(data)
+        if n != len(self.command_joints):
+            self.counters["rejected_length"] += 1
+            self._log_throttled("length", f"ignored command with {n} values, expected "
+                                f"{len(self.command_joints)} ({self.counters['rejected_length']} so far)")
+            return
+        values = np.frombuffer(data, dtype=float) if isinstance(data, array.array) else np.asarray(data, float)
+        if not np.isfinite(values).all():
+            self.counters["rejected_nonfinite"] += 1
+            self._log_throttled("nonfinite", f"ignored command with NaN/inf "
+                                f"({self.counters['rejected_nonfinite']} so far)")
+            return
+        with self._lock:
+            self._tau_cmd[self._cmd_index] = values
+            self._cmd_time = self.sim.time
+            self._cmd_seq += 1
+            self.counters["commands"] += 1
+        self._cmd_event.set()
+
+    def _on_parameters(self, params: list[Parameter]):
+        from rcl_interfaces.msg import SetParametersResult
+
+        for p in params:
+            if p.name == "command_timeout":
+                if not (isinstance(p.value, float) and 0.0 <= p.value <= 10.0):
+                    return SetParametersResult(successful=False, reason="command_timeout must be in [0, 10] s")
+                self.command_timeout = p.value
+            elif p.name == "contact_threshold":
+                if not (isinstance(p.value, float) and p.value >= 0.0):
+                    return SetParametersResult(successful=False, reason="contact_threshold must be ≥ 0 N")
+                self.contact_threshold = p.value
+        return SetParametersResult(successful=True)
+
+    def _log_throttled(self, key: str, text: str) -> None:
+        now = time.monotonic()
+        if now - self._log_times.get(key, 0.0) >= LOG_THROTTLE_S:
+            self._log_times[key] = now
+            self.get_logger().warning(text)
+
+    # ------------------------------------------------------------------ loop
+    def start(self) -> None:
+        self._running = True
+        self._thread = threading.Thread(target=self._run, name="idyn_sim_physics", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._running = False
+        self._cmd_event.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+            self._thread = None
+
+    def _run(self) -> None:
+        self._publish_state()
+        while self._running and self._paused:
+            if self._cmd_event.wait(PAUSED_PUBLISH_S):
+                self._paused = False
+                self.get_logger().info("first command received: physics running")
+                break
+            self._publish_state()
+        self._wall_start = time.monotonic()
+        self._sim_start = self.sim.time
+        next_status = self._wall_start + 1.0
+        deadline = self._wall_start
+        while self._running:
+            if self.lockstep:
+                self._wait_for_command()
+            self.step()
+            if self.real_time:
+                deadline += self.period_s
+                remaining = deadline - time.monotonic()
+                if remaining > 0:
+                    time.sleep(remaining)
+                elif remaining < -0.1:  # far behind (debugger, overload): do not catch up in a burst
+                    deadline = time.monotonic()
+            now = time.monotonic()
+            if now >= next_status:
+                next_status = now + 1.0
+                self._publish_status(now)
+
+    def _wait_for_command(self) -> None:
+        """Lock-step: wait for the command answering the last state. A controller that
+        subscribes best-effort may miss a state: re-publish it every ``LOCKSTEP_RESEND_S``
+        (same stamp), and step anyway after ``lockstep_timeout``."""
+        waited = 0.0
+        while self._running and not self._cmd_event.is_set():
+            if waited >= self.lockstep_timeout:
+                self.counters["lockstep_timeouts"] += 1
+                break
+            if self._cmd_event.wait(LOCKSTEP_RESEND_S):
+                break
+            waited += LOCKSTEP_RESEND_S
+            self.counters["lockstep_resends"] += 1
+            self._publish_state()
+
+    def step(self) -> None:
+        """One control period: apply the command (or zero after the timeout), step, publish."""
+        sim = self.sim
+        with self._lock:
+            fresh = sim.time - self._cmd_time <= self.command_timeout + 1e-9
+            if fresh:
+                self._tau_applied[:] = self._tau_cmd
+        if not fresh:
+            self._tau_applied[:] = 0.0
+            if not self._timed_out:
+                self.counters["timeouts"] += 1
+                self._log_throttled("timeout", f"no command for more than {self.command_timeout * 1e3:g} ms "
+                                    "(simulated): zero torque")
+        self._timed_out = not fresh
+        forces = self._forces
+        forces[:] = 0.0
+        for _ in range(self.substeps):
+            sim.step(self._tau_applied)
+            if self.k:
+                forces += sim.contact_forces_array(self._forces_step)
+        forces /= self.substeps
+        self.counters["steps"] += 1
+        self._cmd_event.clear()  # what arrives from now on answers the state published next
+        self._publish_state()
+
+    def _publish_state(self) -> None:
+        sim, m = self.sim, self.robot
+        q, v = sim.state()
+        t = sim.time
+        sec = int(t)
+        nanosec = int(round((t - sec) * 1e9))
+        if nanosec >= 1_000_000_000:
+            sec, nanosec = sec + 1, nanosec - 1_000_000_000
+        self._clock.clock.sec, self._clock.clock.nanosec = sec, nanosec
+        self.pub_clock.publish(self._clock)
+        if m.floating_base:
+            o = self._odom
+            o.header.stamp.sec, o.header.stamp.nanosec = sec, nanosec
+            p, r = o.pose.pose.position, o.pose.pose.orientation
+            p.x, p.y, p.z = float(q[0]), float(q[1]), float(q[2])
+            r.x, r.y, r.z, r.w = float(q[3]), float(q[4]), float(q[5]), float(q[6])
+            lin, ang = o.twist.twist.linear, o.twist.twist.angular
+            lin.x, lin.y, lin.z = float(v[0]), float(v[1]), float(v[2])  # base frame (REP-105)
+            ang.x, ang.y, ang.z = float(v[3]), float(v[4]), float(v[5])
+            self.pub_odom.publish(o)
+        if self.k:
+            normal = self._forces[:, 2]
+            self._contacts_view[:] = (normal > self.contact_threshold)
+            self.pub_contacts.publish(self._contacts)
+            if self.publish_wrenches:
+                for i, (msg, pub) in enumerate(zip(self._wrenches, self.pub_wrench)):
+                    msg.header.stamp.sec, msg.header.stamp.nanosec = sec, nanosec
+                    f = msg.wrench.force
+                    f.x, f.y, f.z = float(self._forces[i, 0]), float(self._forces[i, 1]), float(self._forces[i, 2])
+                    pub.publish(msg)
+        js = self._js
+        js.header.stamp.sec, js.header.stamp.nanosec = sec, nanosec
+        pos, vel, eff = self._js_views
+        pos[:] = q[m.joint_q_index]
+        vel[:] = v[m.n_base:]
+        eff[:] = np.clip(self._tau_applied, -m.tau_max, m.tau_max)  # what the motors applied
+        self.pub_js.publish(js)
+
+    def _publish_status(self, now: float) -> None:
+        wall = now - self._wall_start
+        sim_elapsed = self.sim.time - self._sim_start
+        values = {**self.counters, "sim_time_s": self.sim.time,
+                  "real_time_factor": sim_elapsed / wall if wall > 0 else 0.0,
+                  "mode": "real_time" if self.real_time else ("lockstep" if self.lockstep else "fast")}
+        status = DiagnosticStatus(name=f"{self.get_name()}: simulation", hardware_id=self.robot_name,
+                                  level=DiagnosticStatus.OK if not self._timed_out else DiagnosticStatus.WARN,
+                                  message="command timeout: zero torque" if self._timed_out else "running")
+        status.values = [KeyValue(key=k, value=f"{v:.6g}" if isinstance(v, float) else str(v))
+                         for k, v in values.items()]
+        msg = DiagnosticArray()
+        msg.header.stamp = self._clock.clock
+        msg.status = [status]
+        self.pub_status.publish(msg)
+
+
+def _root_link(model) -> str:
+    """Name of the link on the free flyer (the URDF root)."""
+    pm = model.pin_model
+    for frame in pm.frames:
+        if frame.parentJoint == 1 and frame.type == __import__("pinocchio").FrameType.BODY:
+            return frame.name
+    return "base_link"
+
+
+def _raise_keyboard_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def main(args=None) -> None:
+    """Entry point of ``ros2 run idyn_control idyn_sim``."""
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    node = None
+    try:
+        node = SimBridgeNode()
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        node.start()
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except IdynError as exc:
+        print(f"idyn_sim: {exc}", flush=True)
+    finally:
+        if node is not None:
+            node.stop()
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,276 @@
+"""Lock-step closed loop without ROS: sim step → controller tick → sim step (DESIGN.md §5).
+
+One process, deterministic: every control period the simulator state goes through
+exactly :meth:`Controller.update` (the code path of the ROS node), the torque is held
+for one control period of ``substeps`` physics steps, and the next tick reads the new
+state. Per-tick arrays are recorded in a :class:`~idyn_control.sim.metrics.Trace` and
+summarized with the metrics of seed 000 §8::
+
+    run = run_scenario(Scenario(robot="solo12", formulation="qp_coulomb", duration=5.0))
+    run.metrics["speed_along_command_m_s"], run.metrics["force_error_sum_rel"]
+
+Legged robots stand up, trot at the commanded velocity (seed 000 §7.6 gait) and
+optionally stop; fixed-base arms follow the sinusoidal joint trajectory of seed 000
+§7.2.2 with joint PD on top of the formulation (``rnea`` + PD).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+import numpy as np
+import pinocchio as pin
+
+from .. import robots
+from ..controller import Controller, ControllerConfig
+from ..errors import ConfigError
+from ..gait import Gait, GaitConfig, crouched_configuration
+from .metrics import Trace, compute_metrics
+from .mujoco_model import MujocoSim, build_mujoco
+
+#: a fall: base below this fraction of its standing height above the feet, or tilted more
+FALL_HEIGHT_FRACTION = 0.5
+FALL_TILT_RAD = 1.0
+
+#: contact estimate: a foot touches when the ground pushed it with more than this normal
+#: force over the last control period [N] (the bridge node publishes the same estimate)
+CONTACT_THRESHOLD_N = 0.1
+
+#: ControllerConfig overrides of the closed-loop trot, per robot (the demo's controller
+#: node gets the same): a softer base (ω = 14 rad/s, ζ = 1) than the standing default,
+#: and "hold" when one solve fails mid-stride (a damping tick drops the robot)
+_TROT_GAINS = {"base_kp": 200.0, "base_kd": 28.0, "safe_output": "hold"}
+ROBOT_GAINS: dict[str, dict[str, Any]] = {"quadruped": dict(_TROT_GAINS), "solo12": dict(_TROT_GAINS)}
+
+#: the ``pid`` baseline's per-joint torque gain [N·m/(rad/s²)]: its default, diag(M) at
+#: the neutral pose, ignores the body the legs carry and cannot hold the robot up;
+#: these put the joint PD at about Kp = 400·k [N·m/rad]
+PID_OPTIONS: dict[str, dict[str, Any]] = {
+    "quadruped": {"gain": 0.005, "ki": 10.0},
+    "solo12": {"gain": 0.015, "ki": 10.0},
+}
+
+#: the ready pose of fixed-base arms [rad] (the neutral pose is outside Panda's limits)
+ARM_READY: dict[str, tuple[float, ...]] = {
+    "panda": (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785, 0.02, 0.02),
+    "ur5": (0.0, -1.57, 1.57, -1.57, -1.57, 0.0),
+}
+
+
+@dataclass
+class Scenario:
+    """A closed-loop experiment.
+
+    Attributes:
+        robot: a name of :mod:`idyn_control.robots` ("quadruped", "solo12", "panda", ...).
+        formulation: a name of :mod:`idyn_control.formulations`.
+        formulation_options: options of the formulation (merged over the robot's defaults).
+        controller: overrides of :class:`ControllerConfig` fields.
+        duration: simulated time [s].
+        dt: control period [s] (1 kHz).
+        substeps: physics steps per control period.
+        velocity: commanded (vx [m/s], vy [m/s], yaw rate [rad/s]), heading frame.
+        gait: trot (legged robots); False = stand still.
+        trot_start: time the trot starts [s]; before it the robot stands (and rises).
+        trot_stop: time the stop is commanded [s]; None = trot to the end.
+        friction: ground μ (``math.inf`` = "infinite"); compliant: soft ground.
+        crouch: initial base height below the standing height [m] (the robot stands up).
+        gait_config: overrides of :class:`GaitConfig` fields.
+        arm_amplitude: sinusoid amplitude of every arm joint [rad]; arm_frequency [Hz]
+            (seed 000 §7.2.2: the arm oscillates about three times per second).
+        stop_on_fall: end the run at the first fall.
+    """
+
+    robot: str = "quadruped"
+    formulation: str = "qp_coulomb"
+    formulation_options: dict[str, Any] = field(default_factory=dict)
+    controller: dict[str, Any] = field(default_factory=dict)
+    duration: float = 5.0
+    dt: float = 1e-3
+    substeps: int = 1
+    velocity: tuple[float, float, float] = (0.2, 0.0, 0.0)
+    gait: bool = True
+    trot_start: float = 0.5
+    trot_stop: float | None = None
+    friction: float = 0.7
+    compliant: bool = False
+    crouch: float = 0.0
+    gait_config: dict[str, Any] = field(default_factory=dict)
+    arm_amplitude: float = 0.1
+    arm_frequency: float = 3.0
+    stop_on_fall: bool = True
+
+    def validate(self) -> None:
+        robots.spec(self.robot)  # unknown names list the valid ones
+        if not (np.isfinite(self.duration) and self.duration > 0):
+            raise ConfigError("duration", self.duration, "must be > 0 [s]")
+        if not (np.isfinite(self.dt) and 0 < self.dt <= 0.01):
+            raise ConfigError("dt", self.dt, "must be in (0, 0.01] s")
+        if int(self.substeps) != self.substeps or self.substeps < 1:
+            raise ConfigError("substeps", self.substeps, "must be an integer ≥ 1")
+        if len(self.velocity) != 3 or not np.all(np.isfinite(self.velocity)):
+            raise ConfigError("velocity", self.velocity, "must be 3 finite values (vx, vy, yaw rate)")
+
+
+@dataclass
+class Run:
+    """What :func:`run_scenario` returns: the scenario, the trace and its metrics."""
+
+    scenario: Scenario
+    trace: Trace
+    metrics: dict[str, Any]
+    wall_time_s: float
+
+
+class LockstepRunner:
+    """Builds robot, simulator, controller and gait for a :class:`Scenario` and runs it."""
+
+    def __init__(self, scenario: Scenario):
+        scenario.validate()
+        self.scenario = s = scenario
+        friction = 1e3 if s.friction == math.inf else s.friction
+        self.robot = robots.load(s.robot, friction=friction if robots.spec(s.robot).contact_frames else None)
+        self.sim: MujocoSim = build_mujoco(self.robot, friction=s.friction, compliant=s.compliant,
+                                           timestep=s.dt / s.substeps)
+        self.legged = self.robot.floating_base
+        options = dict(PID_OPTIONS.get(s.robot, {})) if s.formulation == "pid" else {}
+        options.update(s.formulation_options)
+        config = ControllerConfig(formulation=s.formulation, formulation_options=options, dt=s.dt,
+                                  **{**ROBOT_GAINS.get(s.robot, {}), **s.controller})
+        self.controller = Controller(self.robot, config)
+        self.weight = 9.81 * pin.computeTotalMass(self.robot.pin_model)
+        if self.legged:
+            radius = self.sim.contacts[0].radius if self.sim.contacts else 0.0
+            self.q_standing = robots.standing_configuration(self.robot, s.robot, foot_height=radius)
+            self.gait = Gait(self.controller, self.q_standing, GaitConfig(**s.gait_config))
+            self.q_start = crouched_configuration(self.robot, self.q_standing, s.crouch)
+        else:
+            self.gait = None
+            ready = ARM_READY.get(s.robot)
+            self.q_start = np.array(ready) if ready is not None else self.robot.neutral()
+            self.q_standing = self.q_start.copy()
+            self._gripper = np.array(["finger" in j for j in self.robot.joint_names])
+
+    # ------------------------------------------------------------------ references
+    def _arm_reference(self, t: float):
+        s, q0 = self.scenario, self.q_start
+        na = self.robot.na
+        w = 2.0 * math.pi * s.arm_frequency
+        amp = np.full(na, s.arm_amplitude)
+        amp[self._gripper] = 0.0  # fingers hold (seed 000 §7.2.2: zero velocity and acceleration)
+        phase = np.linspace(0.0, math.pi / 2, na)  # not all joints in phase
+        q = q0 + amp * np.sin(w * t + phase) - amp * np.sin(phase)  # starts at q0
+        v = amp * w * np.cos(w * t + phase)
+        a = -amp * w * w * np.sin(w * t + phase)
+        ramp = min(t / 0.5, 1.0)  # velocity starts at zero: ramp the amplitude in
+        if ramp < 1.0:
+            r, dr = ramp, 1.0 / 0.5
+            dq = amp * (np.sin(w * t + phase) - np.sin(phase))
+            q = q0 + r * dq
+            v = r * amp * w * np.cos(w * t + phase) + dr * dq
+            a = r * a + 2.0 * dr * amp * w * np.cos(w * t + phase)
+        return q, v, a
+
+    # ------------------------------------------------------------------ run
+    def run(self, progress: Callable[[dict[str, Any]], None] | None = None) -> Run:
+        s, robot, sim, ctrl, gait = self.scenario, self.robot, self.sim, self.controller, self.gait
+        ticks = int(round(s.duration / s.dt))
+        k, na = len(robot.contacts), robot.na
+        trace = Trace.allocate(ticks, robot.nq, robot.nv, na, k, robot=s.robot, formulation=s.formulation)
+        sim.set_state(self.q_start, np.zeros(robot.nv))
+        q, v = sim.state()
+        ctrl.reset(q, v)
+        if gait is not None:
+            gait.reset(0.0, q, v)
+            gait.set_velocity(*s.velocity)
+        forces = np.zeros((k, 3))
+        contact_index = {f: i for i, f in enumerate(robot.contact_frames)}
+        mask = sim.contact_forces_array(np.zeros((k, 3)))[:, 2] > CONTACT_THRESHOLD_N if k else np.zeros(0, bool)
+        fell, fall_time = False, None
+        misses = 0
+        wall0 = time.perf_counter()
+        next_report = 1.0
+        x_report = float(q[0])
+        trotting = False
+        for n in range(ticks):
+            t = n * s.dt
+            if gait is not None:
+                if s.gait and not trotting and t >= s.trot_start and (s.trot_stop is None or t < s.trot_stop):
+                    gait.start(t)
+                    trotting = True
+                if trotting and s.trot_stop is not None and t >= s.trot_stop:
+                    gait.stop()
+                    trotting = False
+                gait.update(t, q, v, mask)
+            else:
+                ctrl.set_joint_reference(*self._arm_reference(t))
+            t0 = time.perf_counter()
+            cmd = ctrl.update(q, v, mask)
+            tick = time.perf_counter() - t0
+            misses += tick > s.dt
+            # record (state and references of this tick; forces of the coming period)
+            trace.t[n] = t
+            trace.q[n], trace.v[n] = q, v
+            trace.q_ref[n], trace.v_ref[n] = ctrl.q_ref, ctrl.v_ref
+            trace.tau[n] = cmd.tau
+            trace.tick_s[n] = tick
+            trace.fallback[n] = cmd.source != "formulation"
+            trace.contact[n] = mask
+            if gait is not None:
+                trace.planned_stance[n] = gait.planned_stance
+                trace.base_ref[n] = gait.base_position_ref
+            if cmd.result is not None and cmd.source == "formulation":
+                for frame, f in zip(cmd.result.contact_frames, cmd.result.forces):
+                    trace.f_pred[n, contact_index[frame]] = f
+            # physics: hold τ for one control period, average the contact forces over it
+            trace.f_meas[n] = 0.0
+            for _ in range(s.substeps):
+                sim.step(cmd.tau)
+                if k:
+                    trace.f_meas[n] += sim.contact_forces_array(forces)
+            trace.f_meas[n] /= s.substeps
+            trace.n = n + 1
+            q, v = sim.state()
+            np.greater(trace.f_meas[n, :, 2], CONTACT_THRESHOLD_N, out=mask)
+            if self.legged and self._fallen(q):
+                fell, fall_time = True, t + s.dt
+                if s.stop_on_fall:
+                    break
+            if progress is not None and t + s.dt >= next_report - 1e-9:
+                progress({"t": t + s.dt, "x": float(q[0]), "speed": (float(q[0]) - x_report) / 1.0,
+                          "ticks": n + 1, "misses": misses, "z": float(q[2])})
+                x_report = float(q[0])
+                next_report += 1.0
+        wall = time.perf_counter() - wall0
+        metrics = compute_metrics(trace, dt=s.dt, weight=self.weight, floating_base=self.legged,
+                                  speed_window=self.speed_window(), command_velocity=s.velocity,
+                                  fell=fell, fall_time=fall_time)
+        metrics["wall_time_s"] = wall
+        metrics["real_time_factor"] = trace.n * s.dt / wall if wall > 0 else float("nan")
+        return Run(scenario=s, trace=trace.trimmed(), metrics=metrics, wall_time_s=wall)
+
+    def speed_window(self) -> tuple[float | None, float | None]:
+        """Where the achieved speed is measured: from one second after the trot starts
+        (the command has ramped up, the gait is periodic) to the stop command."""
+        s = self.scenario
+        if not (self.legged and s.gait):
+            return (None, None)
+        end = s.duration if s.trot_stop is None else s.trot_stop
+        start = min(s.trot_start + 1.0, 0.5 * (s.trot_start + end))
+        return (start, end)
+
+    def _fallen(self, q: np.ndarray) -> bool:
+        clearance = self.q_standing[2] - self.gait.ground_height
+        if q[2] - self.gait.ground_height < FALL_HEIGHT_FRACTION * clearance:
+            return True
+        R = pin.Quaternion(q[6], q[3], q[4], q[5]).toRotationMatrix()
+        return bool(R[2, 2] < math.cos(FALL_TILT_RAD))
+
+
+def run_scenario(scenario: Scenario | None = None, progress=None, **overrides: Any) -> Run:
+    """Build and run a scenario (fields of :class:`Scenario` as keyword overrides)."""
+    scenario = replace(scenario or Scenario(), **overrides)
+    return LockstepRunner(scenario).run(progress)

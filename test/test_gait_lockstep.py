@@ -1,0 +1,231 @@
+"""Gait generator and the lock-step closed loop, with real MuJoCo physics (no ROS).
+
+The gait is checked on its own (schedule, swing shape, base references, stop) and in
+closed loop: the project's quadruped and Solo12 trot at the seed 000 §7.6 speed, Panda
+follows the seed's sinusoidal joint motion with rnea + PD, qp_coulomb predicts the
+contact forces MuJoCo applies, and ``idyn-control demo --no-ros`` writes its files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from idyn_control import robots
+from idyn_control.controller import Controller, ControllerConfig
+from idyn_control.errors import ConfigError, ShapeError
+from idyn_control.gait import Gait, GaitConfig, min_jerk, swing_bump
+from idyn_control.sim.lockstep import Scenario, run_scenario
+
+TROT_SPEED = 0.2  # [m/s] seed 000 §7.6
+DT = 1e-3
+
+
+def _gait(name="quadruped", formulation="rnea", **config):
+    model = robots.load(name)
+    q = robots.standing_configuration(model, name, foot_height=0.01)
+    ctrl = Controller(model, ControllerConfig(formulation=formulation))
+    gait = Gait(ctrl, q, GaitConfig(**config))
+    gait.reset(0.0, q, np.zeros(model.nv))
+    return model, q, ctrl, gait
+
+
+def _drive(gait, q, seconds, *, t0=0.0, mask=None):
+    """Run the gait open loop at the standing state; return per-tick schedules and refs."""
+    k = gait.n_feet
+    mask = np.ones(k, dtype=bool) if mask is None else mask
+    v = np.zeros(gait.model.nv)
+    stance, swinging, feet, base = [], [], [], []
+    for n in range(int(round(seconds / DT))):
+        gait.update(t0 + n * DT, q, v, mask)
+        stance.append(gait.planned_stance.copy())
+        swinging.append(gait.swinging.copy())
+        feet.append(gait.foot_position_ref.copy())
+        base.append(gait.base_position_ref.copy())
+    return np.array(stance), np.array(swinging), np.array(feet), np.array(base)
+
+
+# ====================================================================== gait alone
+def test_swing_profiles_are_smooth_at_lift_off_and_touchdown():
+    for s in (0.0, 1.0):
+        assert min_jerk(s)[1:] == (0.0, 0.0)
+        assert swing_bump(s) == (0.0, 0.0, 0.0)
+    assert swing_bump(0.5)[0] == pytest.approx(1.0) and swing_bump(0.5)[1] == pytest.approx(0.0)
+    # derivatives match finite differences
+    for f in (min_jerk, swing_bump):
+        for s in np.linspace(0.05, 0.95, 7):
+            h = 1e-6
+            assert f(s)[1] == pytest.approx((f(s + h)[0] - f(s - h)[0]) / (2 * h), rel=1e-5, abs=1e-7)
+            assert f(s)[2] == pytest.approx((f(s + h)[1] - f(s - h)[1]) / (2 * h), rel=1e-5, abs=1e-5)
+
+
+@pytest.mark.parametrize("name", ["quadruped", "solo12"])
+def test_trot_schedule_duty_factor_and_diagonal_pairs(name):
+    """Seed 000 §7.6: period 0.3 s, duty factor 0.75, LF+RH and RF+LH swing together."""
+    model, q, ctrl, gait = _gait(name)
+    gait.set_velocity(TROT_SPEED)
+    gait.start(0.0)
+    stance, _, _, _ = _drive(gait, q, 3.0)
+    steady = stance[300:]  # whole cycles after the first
+    np.testing.assert_allclose(steady.mean(axis=0), 0.75, atol=0.01)
+    # diagonal pairs: front-left with hind-right, front-right with hind-left
+    front_left = [i for i, o in enumerate(gait.foot_offsets) if o[0] > 0 and o[1] > 0][0]
+    hind_right = [i for i, o in enumerate(gait.foot_offsets) if o[0] < 0 and o[1] < 0][0]
+    front_right = [i for i, o in enumerate(gait.foot_offsets) if o[0] > 0 and o[1] < 0][0]
+    np.testing.assert_array_equal(steady[:, front_left], steady[:, hind_right])
+    assert not np.any(~steady[:, front_left] & ~steady[:, front_right])  # pairs alternate
+    # never fewer than two feet planned on the ground
+    assert steady.sum(axis=1).min() == 2
+
+
+def test_swing_reaches_step_height_and_lands_on_the_ground():
+    model, q, ctrl, gait = _gait("quadruped")
+    gait.set_velocity(TROT_SPEED)
+    gait.start(0.0)
+    # no contact sensed during the swings: they run their full length
+    mask = np.ones(4, dtype=bool)
+    v = np.zeros(model.nv)
+    apex = np.zeros(4)
+    for n in range(300):
+        mask[:] = ~gait.swinging if n else True
+        gait.update(n * DT, q, v, mask)
+        apex = np.maximum(apex, gait.foot_position_ref[:, 2] - gait.ground_height)
+        # swing feet are handed to the controller as swinging, stance feet as planted
+        np.testing.assert_array_equal(ctrl.swing, gait.swinging)
+    np.testing.assert_allclose(apex, 0.015, atol=2e-3)  # step height 1.5 cm (± the landing slope)
+
+
+def test_base_reference_integrates_the_commanded_velocity():
+    model, q, ctrl, gait = _gait("quadruped", max_position_error=10.0)
+    gait.set_velocity(TROT_SPEED, 0.0, 0.0)
+    gait.start(0.0)
+    _, _, _, base = _drive(gait, q, 2.0)
+    # rate-limited to 1 m/s²: 0.2 s ramp, then 0.2 m/s
+    expected = TROT_SPEED * (2.0 - 0.1)
+    assert base[-1, 0] - base[0, 0] == pytest.approx(expected, abs=0.005)
+    assert np.allclose(base[:, 2], gait.standing_height, atol=1e-9)
+    np.testing.assert_allclose(ctrl.base_velocity_ref, (TROT_SPEED, 0.0, 0.0), atol=1e-9)
+
+
+def test_yaw_rate_command_turns_the_heading():
+    model, q, ctrl, gait = _gait("quadruped")
+    gait.set_velocity(0.0, 0.0, 0.5)
+    gait.start(0.0)
+    _drive(gait, q, 1.0)
+    yaw = math.atan2(ctrl.base_rotation_ref[1, 0], ctrl.base_rotation_ref[0, 0])
+    assert yaw == pytest.approx(0.5 * (1.0 - 0.125), abs=0.01)  # 2 rad/s² ramp to 0.5 rad/s
+
+
+def test_stop_finishes_the_swings_and_stands():
+    model, q, ctrl, gait = _gait("quadruped")
+    gait.set_velocity(TROT_SPEED)
+    gait.start(0.0)
+    _drive(gait, q, 1.0)
+    gait.stop()
+    stance, swinging, _, _ = _drive(gait, q, 1.5, t0=1.0)
+    assert gait.mode == "stand"
+    assert stance[-1].all() and not swinging[-1].any()
+    assert not ctrl.swing.any()
+    np.testing.assert_allclose(gait.velocity_filtered, 0.0)
+
+
+def test_stand_up_rises_to_the_standing_height():
+    model, q, ctrl, gait = _gait("solo12", stand_up_time=1.0)
+    low = q.copy()
+    low[2] -= 0.03
+    gait.reset(0.0, low, np.zeros(model.nv))
+    _, _, _, base = _drive(gait, low, 1.2)
+    assert base[0, 2] == pytest.approx(low[2], abs=1e-6)
+    assert base[-1, 2] == pytest.approx(gait.standing_height, abs=1e-9)
+    assert np.all(np.diff(base[:, 2]) >= -1e-12)  # monotonic rise
+
+
+def test_gait_rejects_bad_configuration_and_inputs():
+    model = robots.load("quadruped")
+    q = robots.standing_configuration(model, "quadruped")
+    ctrl = Controller(model, ControllerConfig(formulation="rnea"))
+    with pytest.raises(ConfigError):
+        Gait(ctrl, q, GaitConfig(duty_factor=1.0))
+    with pytest.raises(ShapeError):
+        Gait(ctrl, q, GaitConfig(touchdown_phases=(0.25, 0.75)))
+    with pytest.raises(ConfigError):
+        Gait(Controller(robots.load("panda"), ControllerConfig(formulation="rnea")), np.zeros(9))
+    gait = Gait(ctrl, q)
+    with pytest.raises(ConfigError):
+        gait.set_velocity(math.nan)
+    with pytest.raises(ShapeError):
+        gait.update(0.0, q, np.zeros(model.nv), [True, True])
+
+
+# ====================================================================== closed loop
+@pytest.mark.parametrize("name", ["quadruped", "solo12"])
+def test_trot_at_the_commanded_speed_without_falling(name):
+    """Seed 000 §7.6 trot, 5 s at 0.2 m/s on rigid μ = 0.7 ground, wbc_qp."""
+    run = run_scenario(Scenario(robot=name, formulation="wbc_qp", duration=5.0, velocity=(TROT_SPEED, 0.0, 0.0),
+                                friction=0.7, compliant=False))
+    m = run.metrics
+    assert not m["fell"], m
+    assert abs(m["speed_along_command_m_s"] - TROT_SPEED) <= 0.3 * TROT_SPEED, m
+    # it trotted: every foot was planned in swing a quarter of the time
+    t = run.trace.t
+    steady = run.trace.planned_stance[t > 1.5]
+    np.testing.assert_allclose(steady.mean(axis=0), 0.75, atol=0.02)
+    # straight: lateral drift small compared with the distance walked
+    drift = abs(run.trace.q[-1, 1] - run.trace.q[0, 1])
+    assert drift < 0.2 * (run.trace.q[-1, 0] - run.trace.q[0, 0])
+
+
+def test_panda_tracks_the_sinusoidal_joint_trajectory_with_rnea_and_pd():
+    """Seed 000 §7.2.2: joints oscillate about three times per second."""
+    run = run_scenario(Scenario(robot="panda", formulation="rnea", duration=2.0, gait=False))
+    m = run.metrics
+    assert m["joint_position_error_rad"] <= 0.01, m
+    assert np.ptp(run.trace.q_ref[:, 0]) > 0.15  # it really moved (±0.1 rad)
+    assert m["fallback_ticks"] == 0
+
+
+@pytest.mark.parametrize("name", ["quadruped", "solo12"])
+def test_qp_coulomb_predicts_the_standing_contact_forces_of_mujoco(name):
+    """Seed 000 Table 5 quantity (summed normal forces), standing still: ≤ 5 %."""
+    run = run_scenario(Scenario(robot=name, formulation="qp_coulomb", duration=1.5, gait=False))
+    m = run.metrics
+    assert not m["fell"]
+    assert m["force_error_sum_rel"] <= 0.05, m
+    weight = 9.81 * __import__("pinocchio").computeTotalMass(robots.load(name).pin_model)
+    assert m["measured_normal_sum_N"] == pytest.approx(weight, rel=0.05)
+
+
+def test_lockstep_is_deterministic():
+    """Same scenario, same run — up to floating-point summation order (threaded BLAS)."""
+    a = run_scenario(Scenario(robot="solo12", formulation="wbc_qp", duration=0.8, trot_start=0.3))
+    b = run_scenario(Scenario(robot="solo12", formulation="wbc_qp", duration=0.8, trot_start=0.3))
+    np.testing.assert_allclose(a.trace.q, b.trace.q, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(a.trace.tau, b.trace.tau, rtol=0, atol=1e-7)
+    np.testing.assert_array_equal(a.trace.contact, b.trace.contact)
+
+
+def test_demo_without_ros_writes_report_mcap_and_png(tmp_path):
+    pytest.importorskip("mcap")
+    out = tmp_path / "demo"
+    proc = subprocess.run([sys.executable, "-m", "idyn_control.cli", "demo", "--no-ros", "--duration", "2",
+                           "--robot", "solo12", "--out", str(out)],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "demo report" in proc.stdout and "force prediction" in proc.stdout
+    report = json.loads((out / "report.json").read_text())
+    assert not report["metrics"]["fell"]
+    assert (out / "demo.png").stat().st_size > 10_000
+    from mcap.reader import make_reader
+
+    with open(out / "demo.mcap", "rb") as f:
+        summary = make_reader(f).get_summary()
+    topics = {c.topic for c in summary.channels.values()}
+    schemas = {s.name for s in summary.schemas.values()}
+    assert {"/joint_states", "/odom", "/effort_controller/commands", "/idyn_sim/contact_wrench/FL_FOOT",
+            "/idyn_controller/contact_wrench/FL_FOOT"} <= topics
+    assert {"sensor_msgs/msg/JointState", "nav_msgs/msg/Odometry", "geometry_msgs/msg/WrenchStamped"} <= schemas

@@ -1,0 +1,233 @@
+"""The MuJoCo bridge node and the controller node, through real rclpy and DDS.
+
+Every node runs in its own process, on this module's own ROS_DOMAIN_ID (random), with
+the bridge in lock-step (it publishes a state and steps when the command answering it
+arrives) and the controller ticking on /joint_states under use_sim_time, as in the demo.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+rclpy = pytest.importorskip("rclpy")
+
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from nav_msgs.msg import Odometry  # noqa: E402
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
+from std_msgs.msg import Float64MultiArray  # noqa: E402
+
+from idyn_control import robots  # noqa: E402
+from idyn_control.demo import DemoOptions, controller_params  # noqa: E402
+from idyn_control.sim import build_mujoco  # noqa: E402
+
+DOMAIN_ID = random.Random(os.getpid() ^ time.time_ns()).randint(1, 200)
+ENV = dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN_ID), PYTHONUNBUFFERED="1")
+COMMAND_TOPIC = "/effort_controller/commands"
+QOS = QoSProfile(depth=100, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE)
+
+
+def start(module: str, *args: str, log: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", module, "--ros-args", *args], env=ENV,
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT)
+
+
+def stop(*procs: subprocess.Popen) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def bridge_args(robot: str = "solo12", **params) -> list[str]:
+    values = {"robot": robot, "real_time": False, "lockstep": True, **params}
+    out = []
+    for k, v in values.items():
+        out += ["-p", f"{k}:={str(v).lower() if isinstance(v, bool) else v}"]
+    return out
+
+
+class Listener:
+    """Test-side node: odometry, joint states, the bridge's status."""
+
+    def __init__(self, name: str):
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context, domain_id=DOMAIN_ID)
+        self.node = rclpy.create_node(name, context=self.context)
+        self.odom: list[tuple[float, float]] = []  # (sim time, base z)
+        self.joint_states: list[JointState] = []
+        self.status: dict[str, str] = {}
+        self.node.create_subscription(Odometry, "/odom", self._on_odom, QOS)
+        self.node.create_subscription(JointState, "/joint_states", self.joint_states.append, QOS)
+        self.node.create_subscription(DiagnosticArray, "/idyn_sim/status", self._on_status, QOS)
+        self.pub = self.node.create_publisher(Float64MultiArray, COMMAND_TOPIC, QOS)
+
+    def _on_odom(self, msg: Odometry) -> None:
+        self.odom.append((msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, msg.pose.pose.position.z))
+
+    def _on_status(self, msg: DiagnosticArray) -> None:
+        self.status = {kv.key: kv.value for kv in msg.status[0].values}
+
+    def spin_until(self, predicate, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            self._spin()
+            if predicate():
+                return True
+        return False
+
+    def _spin(self) -> None:
+        executor = getattr(self, "_executor", None)
+        if executor is None:
+            from rclpy.executors import SingleThreadedExecutor
+
+            self._executor = executor = SingleThreadedExecutor(context=self.context)
+            executor.add_node(self.node)
+        executor.spin_once(timeout_sec=0.02)
+
+    def close(self) -> None:
+        if getattr(self, "_executor", None) is not None:
+            self._executor.shutdown()
+        self.node.destroy_node()
+        rclpy.shutdown(context=self.context)
+
+
+@pytest.fixture
+def listener(request):
+    lst = Listener(f"test_listener_{request.node.name.split('[')[0][-20:]}")
+    yield lst
+    lst.close()
+
+
+# ====================================================================== standing over ROS
+@pytest.mark.parametrize("formulation", ["qp_coulomb", "wbc_qp", "projected"])
+def test_solo12_stands_5_s_through_ros_topics(formulation, listener, tmp_path):
+    """Bridge + idyn_controller (the plain node): base height within 2 cm of standing for 5 s."""
+    model = robots.load("solo12")
+    radius = build_mujoco(model).contacts[0].radius
+    z_target = robots.standing_configuration(model, "solo12", foot_height=radius)[2]
+    params = controller_params(DemoOptions(robot="solo12", formulation=formulation))
+    params["idyn_controller"]["ros__parameters"]["monitor_rate_hz"] = 0.0
+    params_file = tmp_path / "params.yaml"
+    params_file.write_text(yaml.safe_dump(params))
+    bridge = start("idyn_control.ros.sim_bridge_node", *bridge_args("solo12"), log=tmp_path / "bridge.log")
+    ctrl = start("idyn_control.ros.controller_node", "--params-file", str(params_file),
+                 log=tmp_path / "controller.log")
+    try:
+        reached = listener.spin_until(lambda: listener.odom and listener.odom[-1][0] >= 5.0, timeout=120.0)
+        logs = (tmp_path / "bridge.log").read_text() + (tmp_path / "controller.log").read_text()
+        assert reached, f"no 5 s of simulated time; last {listener.odom[-1:]}\n{logs}"
+    finally:
+        stop(ctrl, bridge)
+    t, z = np.array(listener.odom).T
+    running = t > 0.0
+    assert running.sum() > 4000  # ~1 kHz state, lock-step
+    assert np.max(np.abs(z[running] - z_target)) <= 0.02, (z.min(), z.max(), z_target)
+    assert int(listener.status.get("lockstep_timeouts", "0")) <= 5
+    assert int(listener.status.get("timeouts", "0")) == 0  # the controller answered every state
+
+
+# ====================================================================== bridge behaviour
+def test_bridge_ignores_bad_commands_and_zeroes_torque_after_the_timeout(listener, tmp_path):
+    """Wrong length / NaN → ignored and counted; no command for 20 ms (sim) → zero effort."""
+    bridge = start("idyn_control.ros.sim_bridge_node",
+                   *bridge_args("quadruped", lockstep=False, real_time=True, start_paused=False,
+                                command_timeout=0.02), log=tmp_path / "bridge.log")
+    try:
+        assert listener.spin_until(lambda: len(listener.joint_states) > 20, timeout=60.0)
+        good = Float64MultiArray(data=[0.5] * 12)
+        # one at a time: the command subscription keeps only the latest message (depth 1)
+        for msg, counter in ((Float64MultiArray(data=[1.0] * 5), "rejected_length"),
+                             (Float64MultiArray(data=[math.nan] + [0.0] * 11), "rejected_nonfinite")):
+            listener.pub.publish(msg)
+            assert listener.spin_until(lambda: int(listener.status.get(counter, "0")) == 1, timeout=10.0), \
+                listener.status
+        # a good command acts: the applied efforts read back in /joint_states
+        start_n = len(listener.joint_states)
+        listener.pub.publish(good)
+        assert listener.spin_until(lambda: any(np.allclose(m.effort, 0.5) for m in listener.joint_states[start_n:]),
+                                   timeout=10.0)
+        # then silence: after command_timeout of simulated time the efforts are zero
+        seen = len(listener.joint_states)
+        assert listener.spin_until(lambda: len(listener.joint_states) > seen + 200, timeout=30.0)
+        late = listener.joint_states[-50:]
+        assert all(np.allclose(m.effort, 0.0) for m in late)
+        assert listener.spin_until(lambda: int(listener.status.get("timeouts", "0")) >= 1
+                                   and int(listener.status.get("commands", "0")) == 1, timeout=10.0), listener.status
+        assert bridge.poll() is None  # still running
+        # real time: simulated time keeps pace with the wall clock
+        assert 0.5 <= float(listener.status["real_time_factor"]) <= 1.1, listener.status
+    finally:
+        stop(bridge)
+
+
+def test_bridge_state_messages_follow_ros_conventions(listener, tmp_path):
+    bridge = start("idyn_control.ros.sim_bridge_node", *bridge_args("solo12"), log=tmp_path / "bridge.log")
+    odoms: list[Odometry] = []
+    listener.node.create_subscription(Odometry, "/odom", odoms.append, QOS)
+    try:
+        # paused until the first command: the spawn state is re-published
+        assert listener.spin_until(lambda: len(odoms) >= 3 and len(listener.joint_states) >= 3, timeout=60.0)
+    finally:
+        stop(bridge)
+    model = robots.load("solo12")
+    js, od = listener.joint_states[-1], odoms[-1]
+    assert list(js.name) == list(model.joint_names)
+    assert len(js.position) == len(js.velocity) == len(js.effort) == model.na
+    assert od.header.frame_id == "odom" and od.child_frame_id == "base_link"
+    q = od.pose.pose.orientation
+    assert math.isclose(q.x**2 + q.y**2 + q.z**2 + q.w**2, 1.0, rel_tol=1e-9)
+    assert od.header.stamp == js.header.stamp
+
+
+# ====================================================================== the demo over ROS
+def test_demo_runs_end_to_end_through_ros(tmp_path):
+    pytest.importorskip("mcap")
+    out = tmp_path / "demo"
+    env = dict(ENV, IDYN_DEMO_DOMAIN_ID=str(DOMAIN_ID))
+    proc = subprocess.run([sys.executable, "-m", "idyn_control.cli", "demo", "--duration", "2", "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for line in ("demo report", "base speed", "joint position error", "torque smoothness", "force prediction",
+                 "tick compute p50 / p99", "deadline misses", "fell"):
+        assert line in proc.stdout
+    assert "t=  1.0 s" in proc.stdout and "t=  3.0 s" in proc.stdout  # progress, once per second
+    report = json.loads((out / "report.json").read_text())
+    m = report["metrics"]
+    assert not m["fell"] and "failure" not in m
+    assert m["ticks"] > 3500  # 4 s simulated at 1 kHz, every state recorded
+    assert m["speed_along_command_m_s"] > 0.14
+    assert (out / "demo.png").stat().st_size > 10_000
+    from mcap.reader import make_reader
+    from mcap_ros2.decoder import DecoderFactory
+
+    with open(out / "demo.mcap", "rb") as f:
+        reader = make_reader(f, decoder_factories=[DecoderFactory()])
+        summary = reader.get_summary()
+        topics = {c.topic for c in summary.channels.values()}
+        counts = {summary.channels[cid].topic: n for cid, n in summary.statistics.channel_message_counts.items()}
+        first = next(reader.iter_decoded_messages(topics=["/odom"]))
+    expected = {"/joint_states", "/odom", COMMAND_TOPIC, "/idyn_controller/contact_states", "/cmd_vel",
+                "/idyn_controller/state", "/idyn_controller/reference", "/diagnostics"}
+    expected |= {f"/idyn_sim/contact_wrench/{f}" for f in robots.load("quadruped").contact_frames}
+    expected |= {f"/idyn_controller/contact_wrench/{f}" for f in robots.load("quadruped").contact_frames}
+    assert expected <= topics, expected - topics
+    assert counts["/joint_states"] > 3500 and counts[COMMAND_TOPIC] > 3500
+    assert first[3].child_frame_id  # decodes as nav_msgs/Odometry
