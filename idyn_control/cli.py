@@ -100,6 +100,27 @@ def cmd_demo(args) -> int:
     return 1 if m.get("fell") or m.get("failure") else 0
 
 
+def cmd_bench_contacts(args) -> int:
+    from . import bench, bench_contacts
+
+    names = [n for n in args.formulations.split(",") if n]
+    for n in names:
+        formulations.get(n)
+    counts = [int(c) for c in args.counts.split(",") if c]
+    print(f"time vs contacts (seed 000 Fig. 19): {args.robot}, {args.ticks} ticks per point", flush=True)
+    rows = bench_contacts.contact_scaling(names, counts, args.ticks, robot=args.robot)
+    print(bench_contacts.format_scaling(rows))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"machine": bench.machine(), "results": rows}, indent=2))
+        print(f"wrote {args.json}")
+    if args.png:
+        Path(args.png).parent.mkdir(parents=True, exist_ok=True)
+        bench_contacts.plot_scaling(rows, args.png)
+        print(f"wrote {args.png}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="idyn-control", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -127,6 +148,15 @@ def main(argv=None) -> int:
                    help="PlaCo peer: auto = if its venv exists, on = create it (bench/setup_peer.sh)")
     p.add_argument("--json", help="write the machine-readable report here")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("bench-contacts", help="per-tick time vs number of contact points (seed 000 Fig. 19)")
+    p.add_argument("--robot", default="solo12", choices=robots.names())
+    p.add_argument("--formulations", default="lcp_noslip,qp_coulomb,qp_noslip")
+    p.add_argument("--counts", default="4,8,12,16,20,24,28,32,36,40,44,48")
+    p.add_argument("--ticks", type=int, default=1000)
+    p.add_argument("--json", help="write the machine-readable results here")
+    p.add_argument("--png", help="write the plot here")
+    p.set_defaults(func=cmd_bench_contacts)
 
     p = sub.add_parser("check-config", help="validate a controller-node YAML (ROS 2 params file) without ROS")
     p.add_argument("file", help="e.g. config/solo12.yaml")
