@@ -17,15 +17,6 @@ NAMES = tuple(n for n in formulations.names() if n not in SPECIAL)
 RESIDUAL_TOL = 1e-6
 
 
-def grounded(name, model):
-    """Standing configuration with the lowest foot exactly on z = 0."""
-    q = robots.standing_configuration(model, name)
-    f = formulations.make("rnea", model)
-    f.solve(q, np.zeros(model.nv), np.zeros(model.nv), model.contact_frames)
-    q[2] -= f.contacts.position[:, 2].min()
-    return q
-
-
 def check_friction(f, result, tol=1e-6):
     for frame, force in zip(result.contact_frames, result.forces):
         rows = f.contacts.friction_rows[f.model.contact_index(frame)]
@@ -54,7 +45,7 @@ def test_standing_balances_weight(name, robot, load_robot):
     """Standing still on four feet: forces carry the weight, the base does not move."""
     model = load_robot(robot)
     f = formulations.make(name, model)
-    q = grounded(robot, model)
+    q = robots.standing_configuration(model, robot)
     zero = np.zeros(model.nv)
     result = f.solve(q, zero, zero, model.contact_frames)
     assert result.ok
@@ -70,7 +61,7 @@ def test_standing_balances_weight(name, robot, load_robot):
 def test_friction_pyramid_and_unilateral(name, robot, load_robot, rng):
     model = load_robot(robot)
     f = formulations.make(name, model)
-    states = [(grounded(robot, model), np.zeros(model.nv), np.zeros(model.nv))]
+    states = [(robots.standing_configuration(model, robot), np.zeros(model.nv), np.zeros(model.nv))]
     states += [random_state(model, rng) for _ in range(3)]
     for q, v, a in states:
         result = f.solve(q, v, a, model.contact_frames)
@@ -124,7 +115,7 @@ def test_fixed_base_without_contact_is_rnea(name, robot, load_robot, rng):
 def test_warm_start_needs_fewer_iterations(name, load_robot):
     """A slowly varying stance: warm-started ProxQP iterates less than cold starts."""
     model = load_robot("solo12")
-    q0 = grounded("solo12", model)
+    q0 = robots.standing_configuration(model, "solo12")
     totals = {}
     for warm in (True, False):
         f = formulations.make(name, model, warm_start=warm)

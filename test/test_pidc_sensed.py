@@ -30,15 +30,6 @@ def weight(model):
     return pin.computeTotalMass(model.pin_model) * 9.81
 
 
-def grounded(name, model):
-    """Standing configuration with the lowest foot exactly on z = 0."""
-    q = robots.standing_configuration(model, name)
-    f = formulations.make("rnea", model)
-    f.solve(q, np.zeros(model.nv), np.zeros(model.nv), model.contact_frames)
-    q[2] -= f.contacts.position[:, 2].min()
-    return q
-
-
 def make_with_inputs(name, model):
     """The formulation, plus a function (q, v, a, active) that sets its extra input.
 
@@ -86,7 +77,7 @@ def test_dynamics_residual(name, robot, load_robot, rng):
     f, feed = make_with_inputs(name, model)
     states = [random_state(model, rng) for _ in range(4)]
     if model.floating_base:
-        states.insert(0, (grounded(robot, model), np.zeros(model.nv), np.zeros(model.nv)))
+        states.insert(0, (robots.standing_configuration(model, robot), np.zeros(model.nv), np.zeros(model.nv)))
     for n, (q, v, a) in enumerate(states):
         frames = model.contact_frames
         active = frames if n % 2 == 0 else tuple(c for c in frames if rng.random() < 0.6)
@@ -116,7 +107,7 @@ def test_fixed_base_without_contact_is_rnea(name, robot, load_robot, rng):
 def test_pidc_qp_friction_unilateral_and_limits(robot, load_robot, rng):
     model = load_robot(robot)
     f, _ = make_with_inputs("pidc_qp", model)
-    states = [(grounded(robot, model), np.zeros(model.nv), np.zeros(model.nv))]
+    states = [(robots.standing_configuration(model, robot), np.zeros(model.nv), np.zeros(model.nv))]
     states += [random_state(model, rng, scale_v=0.2, scale_a=0.5) for _ in range(3)]
     checked = 0
     for q, v, a in states:
@@ -140,7 +131,7 @@ def test_pidc_qp_binding_torque_limits_trade_off_the_force(limit):
     f = formulations.make("pidc_qp", model, force_contacts=("LF_FOOT",))
     desired = np.array([0.0, 0.0, 160.0])
     f.set_desired_forces({"LF_FOOT": desired})
-    result = f.solve(grounded("anymal_c", model), np.zeros(model.nv), np.zeros(model.nv),
+    result = f.solve(robots.standing_configuration(model, "anymal_c"), np.zeros(model.nv), np.zeros(model.nv),
                      model.contact_frames)
     assert result.ok and f.n_active_inequalities > 0
     assert np.abs(result.tau).max() == pytest.approx(limit, rel=1e-6)
@@ -167,7 +158,7 @@ def step_profile(ticks_per_level=4):
 def anymal_force_tracking(name, profile, **options):
     """Relative LF_FOOT force errors, binding-inequality counts and results per tick."""
     model = robots.load("anymal_c")
-    q = grounded("anymal_c", model)
+    q = robots.standing_configuration(model, "anymal_c")
     zero = np.zeros(model.nv)
     f = formulations.make(name, model, force_contacts=("LF_FOOT",), **options)
     errors, active, results = [], [], []
@@ -222,7 +213,7 @@ def test_howsm_reduces_to_eq14_when_no_inequality_is_active():
 def test_pidc_qp_warm_start_needs_fewer_iterations():
     """Slowly varying stance and force: warm-started ProxQP iterates less than cold starts."""
     model = robots.load("anymal_c")
-    q0, zero = grounded("anymal_c", model), np.zeros(model.nv)
+    q0, zero = robots.standing_configuration(model, "anymal_c"), np.zeros(model.nv)
     totals = {}
     for warm in (True, False):
         f = formulations.make("pidc_qp", model, force_contacts=("LF_FOOT",), fast_path=False,
@@ -245,7 +236,7 @@ def test_pidc_qp_keeps_its_warm_start_across_contact_switches():
     model = robots.load("anymal_c")
     f = formulations.make("pidc_qp", model, force_contacts=("LF_FOOT",))
     f.set_desired_forces({"LF_FOOT": [0.0, 0.0, 120.0]})
-    q, zero = grounded("anymal_c", model), np.zeros(model.nv)
+    q, zero = robots.standing_configuration(model, "anymal_c"), np.zeros(model.nv)
     sizes = (f.qp_motion.n, f.qp_force.n, f.qp_force.n_in)
     for active in (model.contact_frames, model.contact_frames[1:], model.contact_frames):
         r = f.solve(q, zero, zero, active)
@@ -269,7 +260,7 @@ def test_sensed_reproduces_torques_from_exact_forces(reference, delay, layout, r
     """Forces of a known solution in, the same τ (and the missing components) out."""
     model = robots.load("anymal_c")
     ref = formulations.make(reference, model)
-    states = [(grounded("anymal_c", model), np.zeros(model.nv), np.zeros(model.nv))]
+    states = [(robots.standing_configuration(model, "anymal_c"), np.zeros(model.nv), np.zeros(model.nv))]
     states += [random_state(model, rng) for _ in range(2)]
     for q, v, a in states:
         f = formulations.make("sensed", model, delay_ticks=delay, measured_components=LAYOUTS[layout])
@@ -290,7 +281,7 @@ def test_sensed_reproduces_torques_from_exact_forces(reference, delay, layout, r
 def test_sensed_uses_forces_delay_ticks_old(delay, load_robot):
     model = load_robot("solo12")
     f = formulations.make("sensed", model, delay_ticks=delay)
-    q, zero = grounded("solo12", model), np.zeros(model.nv)
+    q, zero = robots.standing_configuration(model, "solo12"), np.zeros(model.nv)
     result = f.solve(q, zero, zero, model.contact_frames)
     assert result.status == "failed"  # nothing measured yet
     used = []
@@ -336,7 +327,7 @@ def test_sensed_reports_a_pose_where_the_layout_is_singular():
     layout = {"LF_FOOT": "t1 n", "RF_FOOT": "t1 n", "LH_FOOT": "all", "RH_FOOT": "all"}
     f = formulations.make("sensed", model, measured_components=layout)
     reference = formulations.make("contact_lstsq", model)
-    upright, zero = grounded("anymal_c", model), np.zeros(model.nv)
+    upright, zero = robots.standing_configuration(model, "anymal_c"), np.zeros(model.nv)
     yawed = upright.copy()
     yawed[3:7] = pin.Quaternion(pin.rpy.rpyToMatrix(0.0, 0.0, np.pi / 2)).coeffs()
     for q, determined in ((upright, True), (yawed, False)):
@@ -421,7 +412,7 @@ def test_sensed_bad_inputs_name_the_value(load_robot):
         f.set_option("measured_components", {c: "n" for c in model.contact_frames})
     assert f.options["measured_components"] is None
     f.set_measured_forces(np.zeros((4, 3)))
-    q, zero = grounded("solo12", model), np.zeros(model.nv)
+    q, zero = robots.standing_configuration(model, "solo12"), np.zeros(model.nv)
     assert f.solve(q, zero, zero, model.contact_frames).ok
 
 
@@ -437,7 +428,7 @@ def test_pidc_bad_inputs_name_the_value(name, load_robot):
         f.set_desired_forces({"FL_FOOT": [0.0, 1.0]})
     with pytest.raises(NonFiniteError, match="desired force of 'FL_FOOT'"):
         f.set_desired_forces({"FL_FOOT": [0.0, np.inf, 1.0]})
-    q, zero = grounded("solo12", model), np.zeros(model.nv)
+    q, zero = robots.standing_configuration(model, "solo12"), np.zeros(model.nv)
     with pytest.raises(ShapeError, match="qdd_des"):
         f.solve(q, zero, zero[:3], model.contact_frames)
     result = f.solve(q, zero, zero, model.contact_frames)  # still works afterwards

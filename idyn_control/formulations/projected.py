@@ -17,7 +17,6 @@ ill-conditioned, so the rank decisions (``rcond``) are those of the SVD.
 
 from __future__ import annotations
 
-import numpy as np
 
 from ..linalg import pinv, pinv_and_null_space, solve_pd
 from .base import Formulation

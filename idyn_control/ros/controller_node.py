@@ -958,7 +958,12 @@ def _raise_keyboard_interrupt(signum, frame) -> None:
 
 
 def main(args=None) -> None:
-    """Entry point of ``ros2 run idyn_control idyn_controller``.
+    """Entry point of ``ros2 run idyn_control idyn_controller``."""
+    run(ControllerNode, args)
+
+
+def run(node_class, args=None) -> None:
+    """Create, (auto)start and spin a :class:`ControllerNode` (or subclass) until shutdown.
 
     Signals are handled here rather than by rclpy so that the node can still publish its
     last safe command on Ctrl-C / SIGTERM before the context shuts down.
@@ -970,7 +975,7 @@ def main(args=None) -> None:
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     node = None
     try:
-        node = ControllerNode()
+        node = node_class()
         executor = node.make_executor()
         executor.add_node(node)
         if node.autostart:

@@ -26,22 +26,17 @@ node's configure step and its reference hook (``_apply_references``).
 from __future__ import annotations
 
 import array
-import signal
 import time
 from typing import Any
 
 import numpy as np
-import rclpy
 from geometry_msgs.msg import Twist
 from sensor_msgs.msg import JointState
 from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
-from rclpy.executors import ExternalShutdownException
-from rclpy.lifecycle import TransitionCallbackReturn
-from rclpy.signals import SignalHandlerOptions
 
 from .. import robots
 from ..gait import Gait, GaitConfig
-from .controller_node import MONITOR_QOS, REFERENCE_QOS, ControllerNode
+from .controller_node import MONITOR_QOS, REFERENCE_QOS, ControllerNode, run
 
 GAIT_PARAMETERS = (
     ("gait.enabled", True, "run the gait generator (floating-base robots with contact frames)", None),
@@ -133,34 +128,9 @@ class GaitControllerNode(ControllerNode):
         self._ref_pub.publish(msg)
 
 
-def _raise_keyboard_interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
-
-
 def main(args=None) -> None:
     """Entry point of ``ros2 run idyn_control idyn_gait_controller``."""
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-    node = None
-    try:
-        node = GaitControllerNode()
-        executor = node.make_executor()
-        executor.add_node(node)
-        if node.autostart:
-            if node.trigger_configure() == TransitionCallbackReturn.SUCCESS:
-                node.trigger_activate()
-        while rclpy.ok():
-            executor.spin_once(timeout_sec=0.1)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            try:
-                if node.ctrl is not None:
-                    node._stop_and_release()
-            finally:
-                node.destroy_node()
-        rclpy.try_shutdown()
+    run(GaitControllerNode, args)
 
 
 if __name__ == "__main__":
