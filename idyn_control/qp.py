@@ -81,7 +81,7 @@ class QpSolver:
     """
 
     def __init__(self, n: int, n_eq: int, n_in: int, *, solver: str = "proxqp",
-                 warm_start: bool = True, eps_abs: float = 1e-8, max_iter: int = 300):
+                 warm_start: bool = True, eps_abs: float = 1e-8, max_iter: int = 100):
         valid = solver_names()
         if solver not in valid:
             raise UnknownNameError("QP solver", solver, valid)
@@ -110,7 +110,7 @@ class QpSolver:
             s.eps_abs = eps_abs
             s.eps_rel = 1e-10  # large forces [N]: absolute accuracy alone is below round-off
             s.max_iter = max_iter
-            s.max_iter_in = 50  # bounds the inner loop too: a tick must end
+            s.max_iter_in = 20  # bounds the inner loop too: a tick must end
             s.verbose = False
             s.initial_guess = (proxsuite.proxqp.InitialGuess.WARM_START_WITH_PREVIOUS_RESULT if warm_start
                                else proxsuite.proxqp.InitialGuess.NO_INITIAL_GUESS)
