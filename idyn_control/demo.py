@@ -36,7 +36,7 @@ import numpy as np
 import pinocchio as pin
 
 from . import robots
-from .sim.lockstep import ROBOT_GAINS
+from .sim.lockstep import ROBOT_GAINS, formulation_options
 from .sim.metrics import Trace, compute_metrics, format_metrics
 
 CONTROLLER = "idyn_controller"
@@ -240,7 +240,7 @@ def _write_mcap_from_trace(trace: Trace, opts: DemoOptions, path: Path) -> None:
 def controller_params(opts: DemoOptions) -> dict[str, Any]:
     """The controller node's parameters for the demo (ROS 2 params-file layout)."""
     model = robots.load(opts.robot)
-    return {CONTROLLER: {"ros__parameters": {
+    params = {
         "robot": opts.robot,
         "formulation": opts.formulation,
         "update_rate": 1000.0,
@@ -256,7 +256,13 @@ def controller_params(opts: DemoOptions) -> dict[str, Any]:
         "contacts": {"friction": float(min(opts.friction, 10.0))},
         "controller": {k: (float(v) if isinstance(v, (int, float)) else v)
                        for k, v in ROBOT_GAINS.get(opts.robot, {}).items()},
-    }}}
+    }
+    # the same formulation options as the lock-step runner (pid's gains); ROS parameter
+    # files reject an empty mapping, so the key is only written when there are options
+    options = formulation_options(opts.robot, opts.formulation)
+    if options:
+        params["formulation_options"] = {k: [float(v)] if k == "gain" else float(v) for k, v in options.items()}
+    return {CONTROLLER: {"ros__parameters": params}}
 
 
 def _free_domain_id() -> int:

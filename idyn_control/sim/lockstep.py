@@ -53,6 +53,11 @@ PID_OPTIONS: dict[str, dict[str, Any]] = {
     "solo12": {"gain": 0.015, "ki": 10.0},
 }
 
+def formulation_options(robot: str, formulation: str) -> dict[str, Any]:
+    """Per-robot formulation options of the closed-loop scenarios (lock-step and ROS)."""
+    return dict(PID_OPTIONS.get(robot, {})) if formulation == "pid" else {}
+
+
 #: the ready pose of fixed-base arms [rad] (the neutral pose is outside Panda's limits)
 ARM_READY: dict[str, tuple[float, ...]] = {
     "panda": (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785, 0.02, 0.02),
@@ -136,7 +141,7 @@ class LockstepRunner:
         self.sim: MujocoSim = build_mujoco(self.robot, friction=s.friction, compliant=s.compliant,
                                            timestep=s.dt / s.substeps)
         self.legged = self.robot.floating_base
-        options = dict(PID_OPTIONS.get(s.robot, {})) if s.formulation == "pid" else {}
+        options = formulation_options(s.robot, s.formulation)
         options.update(s.formulation_options)
         config = ControllerConfig(formulation=s.formulation, formulation_options=options, dt=s.dt,
                                   **{**ROBOT_GAINS.get(s.robot, {}), **s.controller})
