@@ -17,7 +17,6 @@ optionally limits the torque rate.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -123,7 +122,10 @@ class Controller:
         self.swing = np.zeros(k, dtype=bool)   # feet that follow foot references
         # kinematic layer buffers
         rows = 6 + 3 * k + na
-        self._A = np.zeros((rows, nv))
+        self._A = np.zeros((rows, nv))  # rows: base (6), feet (3 each), posture (na)
+        if model.floating_base:
+            self._A[:6, :6] = np.eye(6)
+            self._A[6 + 3 * k:, 6:] = np.eye(na)
         self._b = np.zeros(rows)
         self._w = np.zeros(rows)
         self.qdd_des = np.zeros(nv)
@@ -205,8 +207,7 @@ class Controller:
         if not m.floating_base:
             qdd[:] = a_joint
             return qdd
-        A, b, w = self._A, self._b, self._w
-        A[:] = 0.0
+        A, b, w = self._A, self._b, self._w  # A's base and posture blocks are constant
         b[:] = 0.0
         w[:] = 0.0
         # base: PD on pose in the world frame, expressed as the free-flyer's local
@@ -216,7 +217,6 @@ class Controller:
         p_dd = c.base_kp * (self.base_position_ref - q[:3]) + c.base_kd * (self.base_velocity_ref - R @ v_lin)
         rot_err = pin.log3(self.base_rotation_ref @ R.T)
         w_dd = c.base_kp * rot_err + c.base_kd * (self.base_angular_ref - R @ w_ang)
-        A[:6, :6] = np.eye(6)
         b[:3] = R.T @ p_dd - np.cross(w_ang, v_lin)
         b[3:6] = R.T @ w_dd
         w[:6] = c.base_weight
@@ -238,7 +238,6 @@ class Controller:
                 w[r] = c.stance_weight
         # posture
         r = slice(6 + 3 * cs.size, 6 + 3 * cs.size + na)
-        A[r, nb:] = np.eye(na)
         b[r] = a_joint
         w[r] = c.posture_weight
         Aw = A * w[:, None]
@@ -305,10 +304,3 @@ class Controller:
         self._tau_prev[:] = tau
         self.last_source = source
         return Command(tau=tau, result=result, source=source, saturated=saturated)
-
-
-def quaternion_xyzw_to_rotation(quat: Sequence[float]) -> np.ndarray:
-    """Rotation matrix of a unit quaternion (x, y, z, w) — ROS and Pinocchio order."""
-    x, y, z, w = quat
-    n = math.sqrt(x * x + y * y + z * z + w * w)
-    return pin.Quaternion(w / n, x / n, y / n, z / n).toRotationMatrix()

@@ -51,7 +51,3 @@ class DynamicsTerms:
         q = pin.randomConfiguration(pm, -np.ones(pm.nq), np.ones(pm.nq))
         pin.computeAllTerms(pm, data, q, np.zeros(pm.nv))
         return bool(np.allclose(data.M, data.M.T, atol=0.0, rtol=1e-12)) and bool(np.tril(data.M, -1).any())
-
-    def rnea(self, qdd: np.ndarray) -> np.ndarray:
-        """M qdd + h at the last (q, v) [N·m], without re-running the recursion."""
-        return self.M @ qdd + self.h

@@ -19,7 +19,7 @@ import numpy as np
 from ..contacts import ContactSet
 from ..dynamics import DynamicsTerms
 from ..errors import ConfigError, NonFiniteError, ShapeError
-from ..linalg import chol_solve, cholesky, cholesky_well_conditioned
+from ..linalg import chol_solve, cholesky, cholesky_well_conditioned, solve_pd
 from ..model import RobotModel
 from ..qp import SOLVED
 
@@ -195,18 +195,28 @@ class Formulation(ABC):
         """
 
     # ------------------------------------------------------------------ shared helpers
-    def stacked_jacobian(self, out: np.ndarray | None = None) -> np.ndarray:
+    def stacked_jacobian(self) -> np.ndarray:
         """Jacobians of the active contacts stacked in result order, (3·n_active, nv)."""
-        order = self.contacts.order
-        J = self.contacts.J[order].reshape(-1, self.model.nv)
-        if out is not None:
-            out[: J.shape[0]] = J
-            return out[: J.shape[0]]
-        return J
+        return self.contacts.J[self.contacts.order].reshape(-1, self.model.nv)
 
     def stacked_drift(self) -> np.ndarray:
         """Drift J̇v of the active contacts stacked in result order, (3·n_active,)."""
         return self.contacts.drift[self.contacts.order].reshape(-1)
+
+    def balance_base(self, qdd: np.ndarray, base_wrench: np.ndarray | None = None) -> None:
+        """Set the base part of ``qdd`` so the unactuated rows hold: M_b q̈ + h_b = w.
+
+        ``base_wrench`` w is the contacts' generalized force on the base rows (J_bᵀ f);
+        None means no contact (free flight). No-op for a fixed base.
+        """
+        nb = self.model.n_base
+        if not nb:
+            return
+        M, h = self.terms.M, self.terms.h
+        rhs = -(M[:nb, nb:] @ qdd[nb:] + h[:nb])
+        if base_wrench is not None:
+            rhs += base_wrench
+        qdd[:nb] = solve_pd(M[:nb, :nb], rhs)
 
     def torque_from_dynamics(self, qdd: np.ndarray, f_stacked: np.ndarray) -> None:
         """τ = (M q̈ + h − Jᵀ f)[actuated] for the active contacts; writes ``self.tau``."""

@@ -35,8 +35,7 @@ class ContactLstsq(Formulation):
         self.qdd[:] = self.qdd_des
         J = self.stacked_jacobian()
         if nb == 0 or J.shape[0] == 0:
-            if nb:  # free-flying base: zero base wrench
-                self.qdd[:nb] = np.linalg.solve(M[:nb, :nb], -(M[:nb, nb:] @ self.qdd[nb:] + h[:nb]))
+            self.balance_base(self.qdd)  # free-flying base (no-op for a fixed one)
             self.torque_from_dynamics(self.qdd, np.zeros(0))
             return "solved", 0, 0.0
         base_wrench = M[:nb] @ self.qdd + h[:nb]
@@ -46,7 +45,7 @@ class ContactLstsq(Formulation):
             guess = np.zeros_like(guess)
         f = guess + np.linalg.lstsq(Jb_T, base_wrench - Jb_T @ guess, rcond=self.options["rcond"])[0]
         # make the base rows hold exactly with these forces
-        self.qdd[:nb] = np.linalg.solve(M[:nb, :nb], Jb_T @ f - h[:nb] - M[:nb, nb:] @ self.qdd[nb:])
+        self.balance_base(self.qdd, Jb_T @ f)
         self.set_forces(f)
         self._previous[:] = self.forces
         self.torque_from_dynamics(self.qdd, f)

@@ -18,7 +18,7 @@ ill-conditioned, so the rank decisions (``rcond``) are those of the SVD.
 from __future__ import annotations
 
 
-from ..linalg import pinv, pinv_and_null_space, solve_pd
+from ..linalg import pinv, pinv_and_null_space
 from .base import Formulation
 
 class Projected(Formulation):
@@ -37,8 +37,7 @@ class Projected(Formulation):
             # (P Sᵀ)⁺ P = (N_jᵀ)⁺ Nᵀ since NᵀN = I
             self.tau[:] = pinv(N[nb:].T, rcond) @ (N.T @ (M @ qdd + h))
         else:
-            if nb:
-                qdd[:nb] = solve_pd(M[:nb, :nb], -(M[:nb, nb:] @ qdd[nb:] + h[:nb]))
+            self.balance_base(qdd)
             self.tau[:] = (M @ qdd + h)[nb:]
         self.constrained_forward_dynamics(self.tau)
         return "solved", 0, 0.0

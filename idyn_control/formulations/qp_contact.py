@@ -154,7 +154,7 @@ class _QpContact(Formulation):
                 iterations += it
                 solve_time += t
         elif nb:  # floating and no contact: free flight
-            qdd[:nb] = np.linalg.solve(M[:nb, :nb], -(M[:nb, nb:] @ qdd[nb:] + h[:nb]))
+            self.balance_base(qdd)
             self._f[:] = 0.0
         else:  # fixed base: contacts cannot change the motion; Stage II only
             self._f[:] = 0.0

@@ -7,7 +7,6 @@ base wrench zero (a free-flying robot) and τ follows from the joint rows.
 
 from __future__ import annotations
 
-import numpy as np
 import pinocchio as pin
 
 from .base import Formulation
@@ -20,11 +19,7 @@ class Rnea(Formulation):
     def _compute(self):
         m, terms = self.model, self.terms
         self.qdd[:] = self.qdd_des
-        if m.floating_base:
-            nb = m.n_base
-            M, h = terms.M, terms.h
-            # base rows: M_bb q̈_b + M_bj q̈_j + h_b = 0
-            self.qdd[:nb] = np.linalg.solve(M[:nb, :nb], -(M[:nb, nb:] @ self.qdd[nb:] + h[:nb]))
+        self.balance_base(self.qdd)  # floating base without contact: free flight
         gen = pin.rnea(m.pin_model, terms.data, terms.q, terms.v, self.qdd)
         self.tau[:] = gen[m.n_base:]
         return "solved", 0, 0.0
