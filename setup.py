@@ -10,6 +10,8 @@ setup(
     name=PACKAGE,
     version="0.1.0",
     packages=find_packages(exclude=["test", "test.*"]),
+    # sources of the native tick, compiled on the target by `idyn-control build-native`
+    package_data={f"{PACKAGE}.native": ["*.cpp", "*.hpp"]},
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
@@ -36,7 +38,7 @@ setup(
         "sim": ["mujoco>=3.0", "matplotlib>=3.7", "mcap>=1.1", "mcap-ros2-support>=0.5"],
         "test": ["pytest>=7", "example-robot-data>=4.0"],
     },
-    zip_safe=True,
+    zip_safe=False,
     maintainer="idyn_control maintainers",
     maintainer_email="idyn-control@example.org",
     description="Whole-body inverse dynamics with contact at 1 kHz for ROS 2",

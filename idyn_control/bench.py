@@ -97,7 +97,7 @@ def standing(formulation: str, *, robot: str = "solo12", ticks: int = 10_000, wa
         if i >= 0:
             times[i] = dt
             statuses[result.status] = statuses.get(result.status, 0) + 1
-    out = {"formulation": formulation, "robot": robot, "contacts": len(contacts),
+    out = {"formulation": formulation, "backend": f.backend, "robot": robot, "contacts": len(contacts),
            "options": {k: v for k, v in options.items()}, "status": statuses}
     out.update(summarize(times))
     return out
@@ -139,9 +139,11 @@ def run(formulation_names, *, robot="solo12", ticks=10_000, peer="auto", log=pri
     """Benchmark formulations and (optionally) the peer; returns a JSON-ready report."""
     report = {"scenario": f"{robot} standing, all feet in contact, friction, torque limits",
               "machine": machine(), "results": []}
-    for name in formulation_names:
-        log(f"  {name} ...")
-        report["results"].append(standing(name, robot=robot, ticks=ticks))
+    for entry in formulation_names:
+        # "name" or "name:backend" (e.g. wbc_qp:python to time the reference code)
+        name, _, backend = entry.partition(":")
+        log(f"  {entry} ...")
+        report["results"].append(standing(name, robot=robot, ticks=ticks, **({"backend": backend} if backend else {})))
     if peer != "off" and robot == "solo12":
         log("  placo (peer) ...")
         p = run_peer(ticks, setup=(peer == "on"))
@@ -157,7 +159,7 @@ def run(formulation_names, *, robot="solo12", ticks=10_000, peer="auto", log=pri
 def format_report(report: dict) -> str:
     lines = [f"scenario: {report['scenario']}",
              f"machine:  {report['machine']['processor']} ({report['machine']['cpus']} cpus)",
-             f"{'formulation':<16}{'p50 µs':>9}{'p99 µs':>9}{'p99.9 µs':>10}{'max µs':>9}{'misses':>8}"
+             f"{'formulation':<24}{'p50 µs':>9}{'p99 µs':>9}{'p99.9 µs':>10}{'max µs':>9}{'misses':>8}"
              f"{'p50/peer':>10}"]
     rows = list(report["results"])
     peer = report.get("peer")
@@ -165,7 +167,8 @@ def format_report(report: dict) -> str:
         rows.append({"formulation": "placo (C++)", **peer})
     for r in rows:
         ratio = r.get("ratio_p50_to_peer")
-        lines.append(f"{r['formulation']:<16}{r['p50_us']:>9.1f}{r['p99_us']:>9.1f}{r['p999_us']:>10.1f}"
+        label = r["formulation"] + (f" ({r['backend']})" if "backend" in r else "")
+        lines.append(f"{label:<24}{r['p50_us']:>9.1f}{r['p99_us']:>9.1f}{r['p999_us']:>10.1f}"
                      f"{r['max_us']:>9.1f}{r['misses']:>8d}{(f'{ratio:.2f}' if ratio else '-'):>10}")
     if peer and "error" in peer:
         lines.append(f"peer failed: {peer['error'].splitlines()[-1] if peer['error'] else '?'}")

@@ -59,7 +59,7 @@ def cmd_bench(args) -> int:
 
     names = [n for n in args.formulations.split(",") if n]
     for n in names:
-        formulations.get(n)  # unknown names fail before minutes of benchmarking
+        formulations.get(n.partition(":")[0])  # unknown names fail before minutes of benchmarking
     print(f"benchmark: {args.robot} standing, {args.ticks} ticks per formulation", flush=True)
     report = bench.run(names, robot=args.robot, ticks=args.ticks, peer=args.peer,
                        log=lambda m: print(m, flush=True))
@@ -121,6 +121,12 @@ def cmd_bench_contacts(args) -> int:
     return 0
 
 
+def cmd_build_native(args) -> int:
+    from .native import build
+
+    return build.main(["--force"] if args.force else [])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="idyn-control", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -142,7 +148,8 @@ def main(argv=None) -> int:
 
     p = sub.add_parser("bench", help="per-tick compute: p50/p99/p99.9/max, deadline misses, peer ratio")
     p.add_argument("--robot", default="solo12", choices=robots.names())
-    p.add_argument("--formulations", default="qp_coulomb,wbc_qp")
+    p.add_argument("--formulations", default="qp_coulomb,wbc_qp",
+                   help="comma-separated; name:python / name:native picks the backend")
     p.add_argument("--ticks", type=int, default=10_000)
     p.add_argument("--peer", choices=("auto", "on", "off"), default="auto",
                    help="PlaCo peer: auto = if its venv exists, on = create it (bench/setup_peer.sh)")
@@ -176,6 +183,10 @@ def main(argv=None) -> int:
     p.add_argument("--no-ros", action="store_true", help="lock-step in one process, no ROS")
     p.add_argument("--out", default="results/demo", help="output directory")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("build-native", help="compile the native tick (C++: Pinocchio + ProxQP headers, ~2 min)")
+    p.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    p.set_defaults(func=cmd_build_native)
 
     args = parser.parse_args(argv)
     if getattr(args, "friction", 0) is None:

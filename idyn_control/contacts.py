@@ -47,6 +47,7 @@ class ContactSet:
         J: (k, 3, nv) translational Jacobians of the contact points, world frame.
         drift: (k, 3) J̇v, the contact-point acceleration at zero q̈ [m/s²].
         position: (k, 3) contact-point positions [m].
+        rotation: (k, 3, 3) orientations of the contact frames in the world.
         basis: (k, 3, 3) rows (t1, t2, n) per contact.
         friction_rows: (k, 5, 3) pyramid rows, ``friction_rows[i] @ f_i ≤ 0``.
         phi: (k,) signed distances [m] (0 unless set: estimates say "touching").
@@ -60,6 +61,7 @@ class ContactSet:
         self.J = np.zeros((k, 3, nv))
         self.drift = np.zeros((k, 3))
         self.position = np.zeros((k, 3))
+        self.rotation = np.zeros((k, 3, 3))
         self.phi = np.zeros(k)
         self.active = np.zeros(k, dtype=bool)
         self.basis = np.zeros((k, 3, 3))
@@ -108,14 +110,16 @@ class ContactSet:
         return self._order[: self.n_active]
 
     def update(self, terms: DynamicsTerms) -> None:
-        """Refresh Jacobians, drift and positions of all contacts from ``terms``."""
+        """Refresh Jacobians, drift, positions and orientations of all contacts from ``terms``."""
         pm, data = self.model.pin_model, terms.data
         lwa = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
         for i, fid in enumerate(self.model.contact_frame_ids):
             self._J6[:] = pin.getFrameJacobian(pm, data, fid, lwa)
             self.J[i] = self._J6[:3]
             self.drift[i] = pin.getFrameClassicalAcceleration(pm, data, fid, lwa).linear
-            self.position[i] = data.oMf[fid].translation
+            oMf = data.oMf[fid]
+            self.position[i] = oMf.translation
+            self.rotation[i] = oMf.rotation
 
     def fill_friction_rows(self, C: np.ndarray, lo: np.ndarray, hi: np.ndarray, *,
                            unilateral_only: bool = False) -> None:

@@ -13,8 +13,22 @@ from conftest import ALL_ROBOTS, FLOATING, FIXED, random_state
 
 # formulations whose inputs are not just (q, v, q̈_des) are covered in their own files
 SPECIAL = {"sensed", "pidc_qp", "pidc_qp_howsm", "pidcwcu"}
-NAMES = tuple(n for n in formulations.names() if n not in SPECIAL)
+# formulations with a compiled tick also run their Python reference ("name:python")
+NATIVE = ("wbc_qp", "qp_coulomb", "qp_noslip")
+NAMES = tuple(n for n in formulations.names() if n not in SPECIAL) + tuple(f"{n}:python" for n in NATIVE)
 RESIDUAL_TOL = 1e-6
+
+
+def make(name, model, **options):
+    """formulations.make for ``name`` or ``name:backend``."""
+    base, _, backend = name.partition(":")
+    if backend:
+        options["backend"] = backend
+    return formulations.make(base, model, **options)
+
+
+def get(name):
+    return formulations.get(name.partition(":")[0])
 
 
 def check_friction(f, result, tol=1e-6):
@@ -28,7 +42,7 @@ def check_friction(f, result, tol=1e-6):
 @pytest.mark.parametrize("name", NAMES)
 def test_dynamics_residual_random_states(name, robot, load_robot, rng):
     model = load_robot(robot)
-    f = formulations.make(name, model)
+    f = make(name, model)
     for _ in range(3):
         q, v, a = random_state(model, rng)
         result = f.solve(q, v, a, model.contact_frames)
@@ -44,7 +58,7 @@ def test_dynamics_residual_random_states(name, robot, load_robot, rng):
 def test_standing_balances_weight(name, robot, load_robot):
     """Standing still on four feet: forces carry the weight, the base does not move."""
     model = load_robot(robot)
-    f = formulations.make(name, model)
+    f = make(name, model)
     q = robots.standing_configuration(model, robot)
     zero = np.zeros(model.nv)
     result = f.solve(q, zero, zero, model.contact_frames)
@@ -57,10 +71,10 @@ def test_standing_balances_weight(name, robot, load_robot):
 
 
 @pytest.mark.parametrize("robot", FLOATING)
-@pytest.mark.parametrize("name", [n for n in NAMES if formulations.get(n).respects_friction])
+@pytest.mark.parametrize("name", [n for n in NAMES if get(n).respects_friction])
 def test_friction_pyramid_and_unilateral(name, robot, load_robot, rng):
     model = load_robot(robot)
-    f = formulations.make(name, model)
+    f = make(name, model)
     states = [(robots.standing_configuration(model, robot), np.zeros(model.nv), np.zeros(model.nv))]
     states += [random_state(model, rng) for _ in range(3)]
     for q, v, a in states:
@@ -71,10 +85,10 @@ def test_friction_pyramid_and_unilateral(name, robot, load_robot, rng):
 
 
 @pytest.mark.parametrize("robot", ALL_ROBOTS)
-@pytest.mark.parametrize("name", [n for n in NAMES if formulations.get(n).respects_torque_limits])
+@pytest.mark.parametrize("name", [n for n in NAMES if get(n).respects_torque_limits])
 def test_torque_limits(name, robot, load_robot, rng):
     model = load_robot(robot)
-    f = formulations.make(name, model)
+    f = make(name, model)
     for _ in range(3):
         q, v, a = random_state(model, rng, scale_a=20.0)  # demands beyond the limits
         result = f.solve(q, v, a, model.contact_frames)
@@ -101,12 +115,12 @@ def test_fixed_base_without_contact_is_rnea(name, robot, load_robot, rng):
     if name == "pid":
         pytest.skip("pid is model-free")
     model = load_robot(robot)
-    f = formulations.make(name, model)
+    f = make(name, model)
     data = model.pin_model.createData()
     q, v, a = random_state(model, rng, scale_a=0.5)
     result = f.solve(q, v, a)
     expected = pin.rnea(model.pin_model, data, q, v, a)
-    if formulations.get(name).respects_torque_limits and (np.abs(expected) > model.tau_max).any():
+    if get(name).respects_torque_limits and (np.abs(expected) > model.tau_max).any():
         pytest.skip("demand beyond limits")
     np.testing.assert_allclose(result.tau, expected, rtol=1e-6, atol=1e-6)
 
@@ -118,7 +132,7 @@ def test_warm_start_needs_fewer_iterations(name, load_robot):
     q0 = robots.standing_configuration(model, "solo12")
     totals = {}
     for warm in (True, False):
-        f = formulations.make(name, model, warm_start=warm)
+        f = make(name, model, warm_start=warm)
         total = 0
         for i in range(200):
             t = i * 1e-3
@@ -147,7 +161,7 @@ def test_unknown_option_is_rejected(load_robot):
 @pytest.mark.parametrize("name", NAMES)
 def test_bad_inputs_raise_clear_errors(name, load_robot):
     model = load_robot("solo12")
-    f = formulations.make(name, model)
+    f = make(name, model)
     q, v, a = model.neutral(), np.zeros(model.nv), np.zeros(model.nv)
     with pytest.raises(ShapeError, match=r"q has shape \(18,\)"):
         f.solve(q[:-1], v, a)

@@ -12,7 +12,7 @@ import math
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
@@ -22,6 +22,12 @@ from ..errors import ConfigError, NonFiniteError, ShapeError
 from ..linalg import chol_solve, cholesky, cholesky_well_conditioned, solve_pd
 from ..model import RobotModel
 from ..qp import SOLVED
+
+#: values of the ``backend`` option of formulations with a compiled tick
+BACKENDS = ("auto", "native", "python")
+
+#: options read once, when the solvers are built
+CONSTRUCTION_OPTIONS = frozenset({"backend", "solver", "warm_start", "eps_abs"})
 
 #: relative cut-off on the Delassus matrix J M⁻¹ Jᵀ (redundant contact constraints)
 _DELASSUS_RCOND = 1e-10
@@ -108,6 +114,9 @@ class Formulation(ABC):
         self._last_names: tuple[str, ...] = ()
         self._prepared = False
         self._t0 = 0.0
+        self._engine = None  # native.Engine when the compiled tick serves this formulation
+        #: why the native tick is not used (None when it is, or was not asked for)
+        self.native_unavailable: str | None = None
 
     # ------------------------------------------------------------------ public API
     def solve(self, q, v, qdd_des, active_contacts: Sequence[str] = (), *,
@@ -152,8 +161,13 @@ class Formulation(ABC):
         if phi is not None:
             phi = check_vector("phi", phi, self.contacts.n_active)
             self.contacts.phi[self.contacts.order] = phi
-        self.terms.update(self._q, v)
-        self.contacts.update(self.terms)
+        if self._engine is not None:
+            self.terms.q[:] = self._q
+            self.terms.v[:] = v
+            self._engine.update()
+        else:
+            self.terms.update(self._q, v)
+            self.contacts.update(self.terms)
         self._prepared = True
 
     def solve_prepared(self, qdd_des) -> Result:
@@ -183,7 +197,14 @@ class Formulation(ABC):
         """Change an option at run time (takes effect on the next solve)."""
         if key not in self.defaults:
             raise ConfigError(key, value, f"not an option of {self.name!r}; valid: {sorted(self.defaults)}")
+        if key in CONSTRUCTION_OPTIONS and value != self.options[key]:
+            raise ConfigError(key, value, "fixed when the formulation is made; make a new one to change it")
         self.options[key] = value
+
+    @property
+    def backend(self) -> str:
+        """``"native"`` when the compiled tick runs this formulation, else ``"python"``."""
+        return "python" if self._engine is None else "native"
 
     # ------------------------------------------------------------------ subclass hook
     @abstractmethod
@@ -195,6 +216,33 @@ class Formulation(ABC):
         """
 
     # ------------------------------------------------------------------ shared helpers
+    def _native_backend(self, make: Callable[[Any], Any], unsupported: str | None = None) -> Any:
+        """Set up the compiled tick as option ``backend`` asks; returns its solver or None.
+
+        ``make(engine)`` builds the formulation's native solver; ``unsupported`` says why
+        the current options have no native version. ``"auto"`` falls back to Python and
+        records the reason in ``native_unavailable``; ``"native"`` raises it.
+        """
+        backend = self.options["backend"]
+        if backend not in BACKENDS:
+            raise ConfigError("backend", backend, f"must be one of {BACKENDS}")
+        if backend == "python":
+            return None
+        from .. import native
+
+        try:
+            if unsupported:
+                raise native.NativeUnavailable(unsupported)
+            engine = native.Engine(self.model, self.terms, self.contacts)
+            solver = make(engine)
+        except native.NativeUnavailable as err:
+            if backend == "native":
+                raise ConfigError("backend", backend, str(err)) from None
+            self.native_unavailable = str(err)
+            return None
+        self._engine = engine
+        return solver
+
     def stacked_jacobian(self) -> np.ndarray:
         """Jacobians of the active contacts stacked in result order, (3·n_active, nv)."""
         return self.contacts.J[self.contacts.order].reshape(-1, self.model.nv)

@@ -21,6 +21,10 @@ the optimal set is exactly {f feasible : J_bᵀ f = J_bᵀ f₀}; Stage II is th
 QP min ½‖τ(f)‖² over that set — equivalent to the paper's nullspace construction
 (eq. 104–108) without computing the nullspace. Torque limits are added in Stage II when
 they can be met; otherwise Stage II is solved without them (reported in the status).
+
+With ``backend`` "auto" (default) both stages run compiled (idyn_control.native, the same
+algorithm line for line) when the library is built, ``solver`` is ProxQP and Stage I is
+solved as a QP; the Python code below is the reference.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from scipy.linalg import lapack
 
 from ..contacts import PYRAMID_ROWS
 from ..errors import ConfigError
+from ..native import STATUS
 from ..qp import INF, SOLVED, QpOutcome, QpSolver
 from .base import Formulation
 
@@ -52,6 +57,7 @@ class _QpContact(Formulation):
         # an LCP (QP optimality conditions, forces in a 4-edge pyramid) solved by Lemke
         "stage1_solver": "qp",
         "fast_path": True,       # one QP when Stage I's unconstrained optimum is feasible (exact)
+        "backend": "auto",       # "auto" | "native" | "python": the compiled tick (idyn_control.native)
     }
 
     def __init__(self, model, *, dt=1e-3, **options):
@@ -76,11 +82,18 @@ class _QpContact(Formulation):
         self._f = np.zeros(n)
         self._friction_version = -1  # contact-set version the friction blocks were built for
         self._rhs = np.zeros((nb, n + 2))
+        from .. import native
+
+        self._native = self._native_backend(
+            lambda engine: native.QpContact(engine, self),
+            None if o["solver"] == "proxqp" else f"solver {o['solver']!r}: only proxqp runs natively")
 
     def reset(self):
         self.stage1.reset()
         self.stage2.reset()
         self._friction_version = -1
+        if self._native is not None:
+            self._native.reset()
 
     def _refresh_friction(self) -> None:
         """Rebuild the friction blocks of both stages only when the active set changed."""
@@ -94,6 +107,12 @@ class _QpContact(Formulation):
         self._friction_version = cs.version
 
     def _compute(self):
+        if self._native is not None and self.options["stage1_solver"] == "qp":
+            status, iterations, solve_time = self._native.solve()
+            info = self._native.info
+            self.fast_path_ticks, self.stage2_failures = int(info[2]), int(info[3])
+            self.stage2_limited = bool(info[4])
+            return STATUS[status], iterations, solve_time
         m, cs, dt = self.model, self.contacts, self.dt
         M, h = self.terms.M, self.terms.h
         nb, k = m.n_base, cs.size

@@ -10,6 +10,10 @@ One QP per tick, variables x = (q̈ [nv], f [3k], world frame)::
          f_i in the friction pyramid, f_i = 0 when inactive
          −τ_max ≤ M_j q̈ + h_j − J_jᵀ f ≤ τ_max        (torque limits)
 
+With ``backend`` "auto" (default) the whole tick runs compiled (idyn_control.native) when
+the library is built and ``solver`` is ProxQP; tasks' J and drift are then not refreshed
+in Python (their position and velocity are).
+
 τ = M_j q̈ + h_j − J_jᵀ f is recovered from the joint rows, so the dynamics hold exactly
 with the returned q̈ and f. The QP has a fixed size for all configured contacts, so the
 persistent ProxQP keeps its warm start across contact switches.
@@ -24,6 +28,7 @@ import pinocchio as pin
 
 from ..contacts import PYRAMID_ROWS
 from ..errors import ConfigError, UnknownNameError
+from ..native import STATUS
 from ..qp import QpSolver
 from .base import Formulation
 
@@ -56,6 +61,11 @@ class Task:
         return a
 
 
+#: where a Task's vectors live in a native task row (native.TASK_STRIDE numbers)
+_TASK_ROW = {"target": (2, 5), "position_ref": (5, 8), "velocity_ref": (8, 11),
+             "position": (13, 16), "velocity": (16, 19)}
+
+
 class WbcQp(Formulation):
     name = "wbc_qp"
     respects_torque_limits = True
@@ -68,6 +78,7 @@ class WbcQp(Formulation):
         "solver": "proxqp",
         "warm_start": True,
         "eps_abs": 1e-8,
+        "backend": "auto",    # "auto" | "native" | "python": the compiled tick (idyn_control.native)
     }
 
     def __init__(self, model, *, dt=1e-3, **options):
@@ -87,6 +98,12 @@ class WbcQp(Formulation):
         self._J6 = np.zeros((6, nv))
         self._zero = np.zeros(nv)
         self._mass = pin.computeTotalMass(model.pin_model)
+        self._task_list: tuple[Task, ...] = ()
+        from .. import native
+
+        self._native = self._native_backend(
+            lambda engine: native.Wbc(engine, self),
+            None if o["solver"] == "proxqp" else f"solver {o['solver']!r}: only proxqp runs natively")
 
     # ------------------------------------------------------------------ tasks
     def add_com_task(self, weight: float, name: str = "com") -> Task:
@@ -106,6 +123,14 @@ class WbcQp(Formulation):
         z = np.zeros
         task = Task(name, frame_id, float(weight), z((3, self.model.nv)), z(3), z(3), z(3), z(3), z(3), z(3))
         self.tasks[name] = task
+        self._task_list = tuple(self.tasks.values())
+        if self._native is not None:
+            # the native tick reads and writes the tasks' vectors in one buffer, a row each
+            buf = self._native.add_task_row()
+            for row, t in zip(buf, self._task_list):
+                for field, (a, b) in _TASK_ROW.items():
+                    row[a:b] = getattr(t, field)
+                    setattr(t, field, row[a:b])
         return task
 
     def _task(self, name: str) -> Task:
@@ -140,6 +165,8 @@ class WbcQp(Formulation):
     def reset(self):
         self.qp.reset()
         self._contact_version = -1
+        if self._native is not None:
+            self._native.reset()
 
     # ------------------------------------------------------------------ tick
     def _update_tasks(self) -> None:
@@ -161,6 +188,9 @@ class WbcQp(Formulation):
                 task.velocity[:] = task.J @ self.terms.v
 
     def _compute(self):
+        if self._native is not None:
+            status, iterations, solve_time = self._native.solve(self._task_list)
+            return STATUS[status], iterations, solve_time
         m, cs, qp = self.model, self.contacts, self.qp
         M, h, v = self.terms.M, self.terms.h, self.terms.v
         nv, nb, k = m.nv, m.n_base, cs.size

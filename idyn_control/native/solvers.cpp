@@ -1,0 +1,497 @@
+// The QP side of the compiled tick: persistent, warm-started ProxQP problems and the
+// formulations that run entirely here (wbc_qp, qp_coulomb / qp_noslip).
+//
+// Each function is a line-by-line port of the Python formulation of the same name
+// (idyn_control/formulations/wbc_qp.py, qp_contact.py): same QPs, same settings, same
+// fallbacks. The Python code is the reference; test/test_native.py checks agreement.
+// Buffers are sized at creation; a tick allocates nothing.
+
+#include <proxsuite/proxqp/dense/dense.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <optional>
+
+#include "native.hpp"
+
+namespace idyn {
+namespace {
+
+using Eigen::MatrixXd;
+using Eigen::VectorXd;
+namespace pq = proxsuite::proxqp;
+
+constexpr double INF = 1e20;
+constexpr int PYRAMID_ROWS = 5;
+constexpr double STAGE2_TIKHONOV = 1e-9;  // as qp_contact.STAGE2_TIKHONOV
+
+enum Status : int { SOLVED = 0, MAX_ITER = 1, INFEASIBLE = 2, FAILED = 3 };
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// idyn_control.qp.QpSolver with solver="proxqp": init once, then update (preconditioner
+// kept) and warm start from the previous result; a cold retry when a warm solve fails;
+// never warm-starts from NaN.
+struct Qp {
+  int n, n_eq, n_in;
+  MatrixXd H, A, C;
+  VectorXd g, b, l, u, x, y, z;
+  bool warm_start, initialized = false;
+  std::optional<pq::dense::QP<double>> holder;  // none for an empty problem (n = 0)
+  pq::dense::QP<double>* qp_ = nullptr;
+  int iterations = 0;
+  double solve_time = 0.0;
+
+  Qp(int n_, int n_eq_, int n_in_, bool warm, double eps_abs, int max_iter)
+      : n(n_), n_eq(n_eq_), n_in(n_in_), H(MatrixXd::Zero(n_, n_)), A(MatrixXd::Zero(n_eq_, n_)),
+        C(MatrixXd::Zero(n_in_, n_)), g(VectorXd::Zero(n_)), b(VectorXd::Zero(n_eq_)),
+        l(VectorXd::Constant(n_in_, -INF)), u(VectorXd::Constant(n_in_, INF)), x(VectorXd::Zero(n_)),
+        y(VectorXd::Zero(n_eq_)), z(VectorXd::Zero(n_in_)), warm_start(warm) {
+    if (n == 0) return;
+    holder.emplace(n_, n_eq_, n_in_, false, pq::HessianType::Dense, pq::DenseBackend::PrimalDualLDLT);
+    qp_ = &*holder;
+    auto& s = qp_->settings;
+    s.eps_abs = eps_abs;
+    s.eps_rel = 1e-10;
+    s.max_iter = max_iter;
+    s.max_iter_in = 20;
+    s.verbose = false;
+    s.initial_guess = warm ? pq::InitialGuessStatus::WARM_START_WITH_PREVIOUS_RESULT
+                           : pq::InitialGuessStatus::NO_INITIAL_GUESS;
+  }
+
+  int attempt(const VectorXd* x0) {
+    using proxsuite::nullopt;
+    auto& qp = *qp_;
+    if (!initialized) {
+      if (n_eq)
+        qp.init(H, g, A, b, C, l, u);
+      else
+        qp.init(H, g, nullopt, nullopt, C, l, u);
+      initialized = true;
+    } else if (n_eq) {
+      qp.update(H, g, A, b, C, l, u, false);
+    } else {
+      qp.update(H, g, nullopt, nullopt, C, l, u, false);
+    }
+    if (x0 && warm_start) {
+      qp.settings.initial_guess = pq::InitialGuessStatus::WARM_START;
+      qp.solve(*x0, y, z);
+      qp.settings.initial_guess = pq::InitialGuessStatus::WARM_START_WITH_PREVIOUS_RESULT;
+    } else {
+      qp.solve();
+    }
+    const auto& r = qp.results;
+    iterations += static_cast<int>(r.info.iter);
+    if (!(r.x.allFinite() && r.y.allFinite() && r.z.allFinite())) {
+      initialized = false;
+      return FAILED;
+    }
+    x = r.x;
+    y = r.y;
+    z = r.z;
+    switch (r.info.status) {
+      case pq::QPSolverOutput::PROXQP_SOLVED: return SOLVED;
+      case pq::QPSolverOutput::PROXQP_MAX_ITER_REACHED: return MAX_ITER;
+      case pq::QPSolverOutput::PROXQP_PRIMAL_INFEASIBLE:
+      case pq::QPSolverOutput::PROXQP_DUAL_INFEASIBLE:
+      case pq::QPSolverOutput::PROXQP_SOLVED_CLOSEST_PRIMAL_FEASIBLE: return INFEASIBLE;
+      default: return FAILED;
+    }
+  }
+
+  // Solve with the current data; iterations and solve_time hold this call's effort.
+  int solve(const VectorXd* x0 = nullptr) {
+    const double t0 = now_s();
+    iterations = 0;
+    int status = n == 0 ? SOLVED : attempt(x0);
+    if (status != SOLVED && warm_start && n > 0) {
+      initialized = false;  // a warm start from a bad previous tick can mislead ProxQP
+      status = attempt(nullptr);
+    }
+    solve_time = now_s() - t0;
+    return status;
+  }
+};
+
+// ContactSet.fill_friction_rows: lo ≤ C f ≤ hi for the stacked forces of all contacts.
+template <typename Block>
+void fill_friction_rows(Block C, Eigen::Ref<VectorXd> lo, Eigen::Ref<VectorXd> hi, const double* rows,
+                        const std::uint8_t* active, int k, bool unilateral_only) {
+  C.setZero();
+  for (int i = 0; i < k; ++i) {
+    const int r = PYRAMID_ROWS * i, c = 3 * i;
+    Eigen::Map<const Eigen::Matrix<double, PYRAMID_ROWS, 3, Eigen::RowMajor>> D(rows + 15 * i);
+    if (active[i] && unilateral_only) {
+      C.block(r + 4, c, 1, 3) = D.row(4);
+      lo.segment(r, 5).setConstant(-INF);
+      hi.segment(r, 5).setConstant(INF);
+      hi[r + 4] = 0.0;
+    } else if (active[i]) {
+      C.block(r, c, 5, 3) = D;
+      lo.segment(r, 5).setConstant(-INF);
+      hi.segment(r, 5).setZero();
+    } else {
+      C.block(r, c, 3, 3).setIdentity();
+      lo.segment(r, 3).setZero();
+      hi.segment(r, 3).setZero();
+      lo.segment(r + 3, 2).setConstant(-INF);
+      hi.segment(r + 3, 2).setConstant(INF);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------- wbc_qp
+struct Wbc {
+  Engine* engine;
+  Dims d;
+  Qp qp;
+  const double* friction_rows;  // ContactSet.friction_rows (k x 5 x 3)
+  long version = -1;
+  MatrixXd Jt;
+  Eigen::Vector3d position, velocity, drift, a;
+
+  Wbc(Engine* e, const double* rows, bool warm, double eps_abs)
+      : engine(e), d(engine_dims(*e)),
+        qp(d.nv + 3 * d.k, d.nb + 3 * d.k, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100),
+        friction_rows(rows), Jt(3, d.nv) {}
+};
+
+// Per task, 19 numbers: in: frame (−1 = CoM), weight, target (3), position_ref (3),
+// velocity_ref (3), kp, kd; out: position (3), velocity (3).
+constexpr int TASK_STRIDE = 19;
+
+int wbc_solve(Wbc& w, const double* qdd_des_p, const std::uint8_t* active, long version, const double* weights,
+              const double* tau_max_p, int n_tasks, double* tasks, double* qdd_out, double* tau_out, double* f_out,
+              double* info) {
+  const Dims& d = w.d;
+  const Terms& t = engine_terms(*w.engine);
+  const int nv = d.nv, nb = d.nb, na = d.na, k = d.k, n = 3 * k;
+  Qp& qp = w.qp;
+  Eigen::Map<const VectorXd> qdd_des(qdd_des_p, nv), tau_max(tau_max_p, na);
+  const double w_base = weights[0], w_posture = weights[1], w_force = weights[2], contact_gain = weights[3];
+
+  // cost
+  qp.H.setZero();
+  qp.H.diagonal().head(nb).setConstant(w_base);
+  qp.H.diagonal().segment(nb, na).setConstant(w_posture);
+  qp.H.diagonal().tail(n).setConstant(w_force);
+  qp.g.head(nv) = -qp.H.diagonal().head(nv).cwiseProduct(qdd_des);
+  qp.g.tail(n).setZero();
+  for (int i = 0; i < n_tasks; ++i) {
+    double* task = tasks + TASK_STRIDE * i;
+    engine_point_task(*w.engine, static_cast<int>(task[0]), w.Jt, w.position, w.velocity, w.drift);
+    Eigen::Map<Eigen::Vector3d>(task + 13) = w.position;
+    Eigen::Map<Eigen::Vector3d>(task + 16) = w.velocity;
+    const double weight = task[1], kp = task[11], kd = task[12];
+    if (weight == 0.0) continue;
+    w.a = Eigen::Map<const Eigen::Vector3d>(task + 2);
+    if (kp != 0.0 || kd != 0.0)
+      w.a += kp * (Eigen::Map<const Eigen::Vector3d>(task + 5) - w.position) +
+             kd * (Eigen::Map<const Eigen::Vector3d>(task + 8) - w.velocity);
+    qp.H.topLeftCorner(nv, nv).noalias() += weight * w.Jt.transpose() * w.Jt;
+    qp.g.head(nv).noalias() -= weight * w.Jt.transpose() * (w.a - w.drift);
+  }
+
+  // equalities: base rows, then 3 rows per contact (zero rows for inactive ones)
+  if (nb) {
+    qp.A.topLeftCorner(nb, nv) = t.M.topRows(nb);
+    qp.A.block(0, nv, nb, n) = -t.J.leftCols(nb).transpose();
+    qp.b.head(nb) = -t.h.head(nb);
+  }
+  for (int i = 0; i < k; ++i) {
+    if (active[i]) {
+      qp.A.block(nb + 3 * i, 0, 3, nv) = t.J.middleRows<3>(3 * i);
+      qp.b.segment<3>(nb + 3 * i) = -t.drift.row(i).transpose();
+      if (contact_gain != 0.0) qp.b.segment<3>(nb + 3 * i).noalias() -= contact_gain * (t.J.middleRows<3>(3 * i) * t.v);
+    } else {
+      qp.A.block(nb + 3 * i, 0, 3, nv).setZero();
+      qp.b.segment<3>(nb + 3 * i).setZero();
+    }
+  }
+  // inequalities: friction (rebuilt when the active set changed), torque limits
+  const int n_fr = PYRAMID_ROWS * k;
+  if (version != w.version) {
+    fill_friction_rows(qp.C.block(0, nv, n_fr, n), qp.l.head(n_fr), qp.u.head(n_fr), w.friction_rows, active, k,
+                       false);
+    w.version = version;
+  }
+  qp.C.block(n_fr, 0, na, nv) = t.M.bottomRows(na);
+  qp.C.block(n_fr, nv, na, n) = -t.J.rightCols(na).transpose();
+  qp.l.segment(n_fr, na) = -tau_max - t.h.tail(na);
+  qp.u.segment(n_fr, na) = tau_max - t.h.tail(na);
+
+  const int status = qp.solve();
+  Eigen::Map<VectorXd> qdd(qdd_out, nv), f(f_out, n), tau(tau_out, na);
+  qdd = qp.x.head(nv);
+  f = qp.x.tail(n);
+  for (int i = 0; i < k; ++i)
+    if (!active[i]) f.segment<3>(3 * i).setZero();  // bound to zero in the QP; make it exact
+  tau = t.M.bottomRows(na) * qdd + t.h.tail(na) - t.J.rightCols(na).transpose() * f;
+  info[0] = qp.iterations;
+  info[1] = qp.solve_time;
+  return status;
+}
+
+// ------------------------------------------------------------- qp_coulomb / qp_noslip
+struct Qpc {
+  Engine* engine;
+  Dims d;
+  double dt;
+  bool unilateral_only;
+  Qp stage1, stage2;
+  const double* friction_rows;  // ContactSet.friction_rows (k x 5 x 3)
+  const double* basis;          // ContactSet.basis (k x 3 x 3), rows t1, t2, n
+  const double* phi;            // ContactSet.phi (k)
+  long version = -1;
+  bool stage2_ok = false, stage2_limited = true;
+  long fast_path_ticks = 0, stage2_failures = 0;
+  int effort_iterations = 0;
+  double effort_time = 0.0;
+  VectorXd f, qdd, qdd_b, vq_plus, p, wv, tau0, tau1, v_plus, gap, base_wrench, rhs_h;
+  MatrixXd Z, N, rhs_b;
+  Eigen::LLT<MatrixXd> A_chol;
+
+  Qpc(Engine* e, double dt_, bool unilateral, bool warm, double eps_abs, const double* rows, const double* basis_,
+      const double* phi_)
+      : engine(e), d(engine_dims(*e)), dt(dt_), unilateral_only(unilateral),
+        stage1(3 * d.k, 0, (PYRAMID_ROWS + 1) * d.k, warm, eps_abs, 100),
+        stage2(3 * d.k, d.nb, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100), friction_rows(rows), basis(basis_),
+        phi(phi_), f(VectorXd::Zero(3 * d.k)), qdd(VectorXd::Zero(d.nv)), qdd_b(d.nb), vq_plus(d.na), p(d.nb), wv(d.nb),
+        tau0(d.na), tau1(d.na), v_plus(d.nv), gap(d.k), base_wrench(d.nb), rhs_h(d.nb), Z(d.nb, 3 * d.k),
+        N(d.k, d.nv), rhs_b(d.nb, 1), A_chol(d.nb) {}
+
+  void add_effort(const Qp& qp) {
+    effort_iterations += qp.iterations;
+    effort_time += qp.solve_time;
+  }
+
+  // min ½‖τ(f)‖² over feasible f with J_bᵀ f = base_wrench (Stage I's optimal set).
+  // limited: 1/0 = with/without |τ| ≤ τ_max; −1 = only if the current forces meet them.
+  void run_stage2(const Eigen::Map<const VectorXd>& tau_max, bool torque_limits, int limited) {
+    const Terms& t = engine_terms(*engine);
+    const int nb = d.nb, na = d.na, k = d.k;
+    Qp& s2 = stage2;
+    tau0.noalias() = t.M.bottomRows(na) * qdd;
+    tau0 += t.h.tail(na);
+    const auto Jj = t.J.rightCols(na);
+    s2.H.noalias() = Jj * Jj.transpose();
+    s2.H.diagonal().array() += STAGE2_TIKHONOV * std::max(1.0, s2.H.trace());
+    s2.g.noalias() = -Jj * tau0;
+    if (nb) {
+      s2.A = t.J.leftCols(nb).transpose();
+      s2.b = base_wrench;
+    }
+    const int r0 = PYRAMID_ROWS * k;
+    s2.C.middleRows(r0, na) = -Jj.transpose();
+    if (limited < 0) {
+      tau1 = tau0;
+      tau1.noalias() -= Jj.transpose() * f;
+      limited = torque_limits && (tau1.cwiseAbs().array() <= tau_max.array()).all();
+    }
+    if (limited) {
+      s2.l.segment(r0, na) = -tau_max - tau0;
+      s2.u.segment(r0, na) = tau_max - tau0;
+    } else {
+      s2.l.segment(r0, na).setConstant(-INF);
+      s2.u.segment(r0, na).setConstant(INF);
+    }
+    stage2_limited = limited;
+    const int status = s2.solve(&f);  // Stage I's (or the last tick's) forces: a good start
+    stage2_ok = status == SOLVED;
+    if (stage2_ok)
+      f = s2.x;
+    else
+      ++stage2_failures;
+    add_effort(s2);
+  }
+};
+
+int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long version, const double* options,
+              const double* tau_max_p, double* qdd_out, double* tau_out, double* f_out, double* info) {
+  const Dims& d = c.d;
+  const Terms& t = engine_terms(*c.engine);
+  const int nv = d.nv, nb = d.nb, na = d.na, k = d.k, n = 3 * k;
+  const double dt = c.dt;
+  const bool stage2 = options[0] != 0.0, torque_limits = options[1] != 0.0, fast_path = options[2] != 0.0;
+  Eigen::Map<const VectorXd> tau_max(tau_max_p, na);
+  Eigen::Map<const VectorXd> phi(c.phi, k);
+  c.qdd = Eigen::Map<const VectorXd>(qdd_des_p, nv);
+  c.effort_iterations = 0;
+  c.effort_time = 0.0;
+  int status = SOLVED;
+  int n_active = 0;
+  for (int i = 0; i < k; ++i) n_active += active[i] ? 1 : 0;
+  if (version != c.version) {
+    const int n_rows = PYRAMID_ROWS * k;
+    for (Qp* qp : {&c.stage1, &c.stage2})
+      fill_friction_rows(qp->C.topRows(n_rows), qp->l.head(n_rows), qp->u.head(n_rows), c.friction_rows, active, k,
+                         c.unilateral_only);
+    c.version = version;
+  }
+  bool done = false;
+  if (nb && n_active) {
+    const auto Jb = t.J.leftCols(nb);
+    const auto B = t.M.topRightCorner(nb, na);
+    c.vq_plus = t.v.tail(na) + dt * c.qdd.tail(na);
+    c.A_chol.compute(t.M.topLeftCorner(nb, nb));
+    c.Z = c.A_chol.solve(Jb.transpose());  // q̈_b = Z f + p
+    c.rhs_h.noalias() = B * c.qdd.tail(na);
+    c.rhs_h += t.h.head(nb);
+    c.p = -c.A_chol.solve(c.rhs_h);
+    c.wv.noalias() = B * c.vq_plus;
+    c.wv = c.A_chol.solve(c.wv);  // A⁻¹ B v_q⁺
+    for (int i = 0; i < k; ++i)
+      c.N.row(i).noalias() = Eigen::Map<const Eigen::RowVector3d>(c.basis + 9 * i + 6) * t.J.middleRows<3>(3 * i);
+    if (stage2 && fast_path) {
+      // fast path (exact): Stage I's optimum v_b⁺ = −A⁻¹B v_q⁺, if non-penetrating and feasible
+      c.qdd_b = c.qdd.head(nb);  // restored when the fast path does not apply
+      c.qdd.head(nb) = (-c.wv - t.v.head(nb)) / dt;
+      c.v_plus = t.v + dt * c.qdd;
+      c.gap.noalias() = c.N * c.v_plus;
+      c.gap += phi / dt;
+      bool penetrates = false;
+      for (int i = 0; i < k; ++i) penetrates |= active[i] && c.gap[i] < 0.0;
+      if (!penetrates) {
+        c.base_wrench.noalias() = t.M.topRows(nb) * c.qdd;
+        c.base_wrench += t.h.head(nb);
+        c.run_stage2(tau_max, torque_limits, torque_limits ? 1 : 0);
+        if (c.stage2_ok) {
+          ++c.fast_path_ticks;
+          done = true;
+        } else {
+          --c.stage2_failures;  // not a failure: the set was empty, both stages follow
+          c.qdd.head(nb) = c.qdd_b;
+        }
+      } else {
+        c.qdd.head(nb) = c.qdd_b;
+      }
+    }
+    if (!done) {
+      // Stage I: ½ v⁺ᵀ M v⁺ as a function of f, scaled by 1/Δt²
+      Qp& s1 = c.stage1;
+      s1.H.noalias() = Jb * c.Z;
+      c.v_plus.head(nb) = t.v.head(nb) + dt * c.p + c.wv;
+      s1.g.noalias() = Jb * c.v_plus.head(nb);
+      s1.g /= dt;
+      // non-penetration: n_iᵀ J_i v⁺ ≥ −φ_i/Δt with v⁺ = v + Δt q̈, q̈_b = Z f + p
+      const int r0 = PYRAMID_ROWS * k;
+      s1.C.middleRows(r0, k).noalias() = c.N.leftCols(nb) * c.Z;
+      c.gap.noalias() = c.N * t.v;
+      s1.l.segment(r0, k) = -phi / (dt * dt) - c.gap / dt;
+      s1.l.segment(r0, k).noalias() -= c.N.leftCols(nb) * c.p;
+      s1.l.segment(r0, k).noalias() -= c.N.rightCols(na) * c.qdd.tail(na);
+      for (int i = 0; i < k; ++i) {
+        if (!active[i]) {
+          s1.C.row(r0 + i).setZero();
+          s1.l[r0 + i] = -INF;
+        }
+      }
+      int s1_status = s1.solve();
+      c.add_effort(s1);
+      status = s1_status;
+      if (s1_status != SOLVED) {
+        // prescribed joint motion drives a foot into the ground faster than the base
+        // can yield: drop non-penetration, keep friction (always feasible)
+        s1.C.middleRows(r0, k).setZero();
+        s1.l.segment(r0, k).setConstant(-INF);
+        const int relaxed = s1.solve();
+        c.add_effort(s1);
+        if (relaxed == SOLVED) s1_status = SOLVED;
+      }
+      if (s1_status == SOLVED)
+        c.f = s1.x;
+      else
+        c.f.setZero();  // no usable forces: predict none (free fall), which is always safe
+      c.qdd.head(nb).noalias() = c.Z * c.f;
+      c.qdd.head(nb) += c.p;
+      if (stage2 && s1_status == SOLVED) {
+        c.base_wrench.noalias() = Jb.transpose() * c.f;
+        c.run_stage2(tau_max, torque_limits, -1);
+      }
+    }
+  } else if (nb) {  // floating and no contact: free flight
+    c.rhs_h.noalias() = t.M.topRightCorner(nb, na) * c.qdd.tail(na);
+    c.rhs_h += t.h.head(nb);
+    c.A_chol.compute(t.M.topLeftCorner(nb, nb));
+    c.qdd.head(nb) = -c.A_chol.solve(c.rhs_h);
+    c.f.setZero();
+  } else {  // fixed base: contacts cannot change the motion; Stage II only
+    c.f.setZero();
+    if (n_active && stage2) c.run_stage2(tau_max, torque_limits, -1);
+  }
+  for (int i = 0; i < k; ++i)
+    if (!active[i]) c.f.segment<3>(3 * i).setZero();
+  Eigen::Map<VectorXd>(qdd_out, nv) = c.qdd;
+  Eigen::Map<VectorXd>(f_out, n) = c.f;
+  Eigen::Map<VectorXd> tau(tau_out, na);
+  tau.noalias() = t.M.bottomRows(na) * c.qdd;
+  tau += t.h.tail(na);
+  tau.noalias() -= t.J.rightCols(na).transpose() * c.f;
+  info[0] = c.effort_iterations;
+  info[1] = c.effort_time;
+  info[2] = static_cast<double>(c.fast_path_ticks);
+  info[3] = static_cast<double>(c.stage2_failures);
+  info[4] = c.stage2_limited ? 1.0 : 0.0;
+  return status;
+}
+
+}  // namespace
+}  // namespace idyn
+
+extern "C" {
+
+void* idyn_wbc_new(void* engine, const double* friction_rows, int warm_start, double eps_abs) {
+  try {
+    return new idyn::Wbc(static_cast<idyn::Engine*>(engine), friction_rows, warm_start != 0, eps_abs);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void idyn_wbc_free(void* w) { delete static_cast<idyn::Wbc*>(w); }
+
+void idyn_wbc_reset(void* w) {
+  auto& wbc = *static_cast<idyn::Wbc*>(w);
+  wbc.qp.initialized = false;
+  wbc.version = -1;
+}
+
+int idyn_wbc_solve(void* w, const double* qdd_des, const std::uint8_t* active, long version, const double* weights,
+                   const double* tau_max, int n_tasks, double* tasks, double* qdd, double* tau, double* forces,
+                   double* info) {
+  return idyn::wbc_solve(*static_cast<idyn::Wbc*>(w), qdd_des, active, version, weights, tau_max, n_tasks, tasks,
+                         qdd, tau, forces, info);
+}
+
+void* idyn_qpc_new(void* engine, double dt, int unilateral_only, int warm_start, double eps_abs,
+                   const double* friction_rows, const double* basis, const double* phi) {
+  try {
+    return new idyn::Qpc(static_cast<idyn::Engine*>(engine), dt, unilateral_only != 0, warm_start != 0, eps_abs,
+                         friction_rows, basis, phi);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void idyn_qpc_free(void* c) { delete static_cast<idyn::Qpc*>(c); }
+
+void idyn_qpc_reset(void* c) {
+  auto& q = *static_cast<idyn::Qpc*>(c);
+  q.stage1.initialized = false;
+  q.stage2.initialized = false;
+  q.version = -1;
+}
+
+int idyn_qpc_solve(void* c, const double* qdd_des, const std::uint8_t* active, long version, const double* options,
+                   const double* tau_max, double* qdd, double* tau, double* forces, double* info) {
+  return idyn::qpc_solve(*static_cast<idyn::Qpc*>(c), qdd_des, active, version, options, tau_max, qdd, tau, forces,
+                         info);
+}
+
+}  // extern "C"

@@ -1,0 +1,136 @@
+"""The compiled tick (idyn_control.native) agrees with the Python reference, robot by robot.
+
+The Python formulations are the reference: the C++ port must give the same rigid-body
+terms (to round-off) and, on the same tick sequence, the same torques, accelerations and
+forces (to the QP tolerance). CI sets IDYN_REQUIRE_NATIVE=1, so a missing build fails
+there instead of skipping.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from idyn_control import formulations, native, robots
+from idyn_control.contacts import ContactSet
+from idyn_control.dynamics import DynamicsTerms
+from idyn_control.errors import ConfigError
+
+from conftest import ALL_ROBOTS, FLOATING, random_state
+
+try:
+    native.load()
+except native.NativeUnavailable as err:
+    if os.environ.get("IDYN_REQUIRE_NATIVE"):
+        raise RuntimeError(f"IDYN_REQUIRE_NATIVE is set but the native tick is unavailable: {err}") from None
+    pytest.skip("native library not built (idyn-control build-native)", allow_module_level=True)
+
+NATIVE_NAMES = ("wbc_qp", "qp_coulomb", "qp_noslip")
+
+
+def relative_error(a, b) -> float:
+    if np.size(b) == 0:
+        return 0.0
+    return float(np.abs(np.asarray(a) - np.asarray(b)).max()) / max(1.0, float(np.abs(b).max()))
+
+
+@pytest.mark.parametrize("robot", ALL_ROBOTS)
+def test_engine_matches_pinocchio(robot, load_robot, rng):
+    """M, h, contact Jacobians, drift, positions and orientations equal Python Pinocchio's."""
+    model = load_robot(robot)
+    terms, contacts = DynamicsTerms(model), ContactSet(model)
+    engine = native.Engine(model, terms, contacts)
+    ref_terms, ref_contacts = DynamicsTerms(model), ContactSet(model)
+    for _ in range(5):
+        q, v, _ = random_state(model, rng, scale_v=3.0)
+        ref_terms.update(q, v)
+        ref_contacts.update(ref_terms)
+        terms.q[:], terms.v[:] = q, v
+        engine.update()
+        for got, ref in ((terms.M, ref_terms.M), (terms.h, ref_terms.h), (contacts.J, ref_contacts.J),
+                         (contacts.drift, ref_contacts.drift), (contacts.position, ref_contacts.position),
+                         (contacts.rotation, ref_contacts.rotation)):
+            assert relative_error(got, ref) <= 1e-12
+
+
+def _sequence(model, robot, rng, ticks):
+    """Slowly varying states around standing (legged) or random (arms), with contact switches."""
+    if robot in FLOATING:
+        q0 = robots.standing_configuration(model, robot)
+    else:
+        q0 = model.random_configuration(rng)
+    frames = model.contact_frames
+    for i in range(ticks):
+        q, v = q0.copy(), np.zeros(model.nv)
+        phase = 2 * np.pi * i * 1e-2 + np.arange(model.na)
+        q[model.joint_q_index] += 0.05 * np.sin(phase)
+        v[model.n_base:] = 0.3 * np.cos(phase)
+        a = rng.normal(0.0, 1.0, model.nv)
+        # all feet, then one lifted, then none
+        active = frames if i < ticks // 2 else (frames[1:] if i < ticks - 2 else ())
+        yield q, v, a, active
+
+
+@pytest.mark.parametrize("robot", ALL_ROBOTS)
+@pytest.mark.parametrize("name", NATIVE_NAMES)
+def test_formulation_matches_python(name, robot, load_robot):
+    """Same ticks through both backends: same status, torques, accelerations and forces."""
+    model = load_robot(robot)
+    fast = formulations.make(name, model, backend="native")
+    ref = formulations.make(name, model, backend="python")
+    assert (fast.backend, ref.backend) == ("native", "python")
+    if name == "wbc_qp":
+        for f in (fast, ref):
+            f.add_com_task(1.0)
+            if model.contact_frames:
+                f.add_frame_task(model.contact_frames[0], 0.5, name="foot")
+    rng = np.random.default_rng(5)
+    for q, v, a, active in _sequence(model, robot, rng, 12):
+        if name == "wbc_qp":
+            for f in (fast, ref):
+                f.set_task_reference("com", q[:3] if model.floating_base else np.zeros(3), kp=50.0, kd=10.0)
+        r_fast = fast.solve(q, v, a, active)
+        r_ref = ref.solve(q, v, a, active)
+        assert r_fast.status == r_ref.status
+        assert r_fast.contact_frames == r_ref.contact_frames
+        if not r_ref.ok:  # unconverged (max_iter): both stop somewhere short of the optimum
+            continue
+        for got, want in ((r_fast.tau, r_ref.tau), (r_fast.qdd, r_ref.qdd), (r_fast.forces, r_ref.forces)):
+            assert relative_error(got, want) <= 1e-5, (got, want)
+        assert fast.dynamics_residual(r_fast) <= 1e-6
+    if name == "wbc_qp":
+        np.testing.assert_allclose(fast.tasks["com"].position, ref.tasks["com"].position, atol=1e-12)
+        np.testing.assert_allclose(fast.tasks["com"].velocity, ref.tasks["com"].velocity, atol=1e-12)
+    else:
+        assert fast.fast_path_ticks == ref.fast_path_ticks
+        assert fast.stage2_failures == ref.stage2_failures
+
+
+def test_native_backend_refuses_what_it_cannot_run(load_robot):
+    model = load_robot("solo12")
+    with pytest.raises(ConfigError, match="osqp"):
+        formulations.make("qp_coulomb", model, backend="native", solver="osqp")
+    auto = formulations.make("qp_coulomb", model, solver="osqp")
+    assert auto.backend == "python" and "osqp" in auto.native_unavailable
+    with pytest.raises(ConfigError, match="backend"):
+        formulations.make("wbc_qp", model, backend="fast")
+    f = formulations.make("wbc_qp", model)
+    with pytest.raises(ConfigError, match="fixed when the formulation is made"):
+        f.set_option("backend", "python")
+
+
+def test_lemke_stage1_falls_back_to_python_at_run_time(load_robot):
+    """stage1_solver is read every tick: switching to Lemke runs the Python path, correctly."""
+    model = load_robot("solo12")
+    f = formulations.make("qp_coulomb", model)
+    assert f.backend == "native"
+    q = robots.standing_configuration(model, "solo12")
+    zero = np.zeros(model.nv)
+    first = f.solve(q, zero, zero, model.contact_frames)
+    f.set_option("stage1_solver", "lemke")
+    second = f.solve(q, zero, zero, model.contact_frames)
+    assert first.ok and second.ok
+    assert f.dynamics_residual(second) <= 1e-6
+    np.testing.assert_allclose(second.forces.sum(axis=0), first.forces.sum(axis=0), rtol=1e-6, atol=1e-6)
