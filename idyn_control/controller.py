@@ -129,6 +129,13 @@ class Controller:
         self._J6 = np.zeros((6, nv))
         self.counters = {"fallback": 0, "saturated_ticks": 0, "nonfinite_solution": 0, "failed_solve": 0}
         self.last_source = "none"
+        # the kinematic layer runs compiled when the formulation does (same equations)
+        self._native_layer = None
+        engine = getattr(self.formulation, "_engine", None)
+        if engine is not None:
+            from .native import KinematicLayer
+
+            self._native_layer = KinematicLayer(engine, self)
 
     # ------------------------------------------------------------------ references
     def reset(self, q: np.ndarray, v: np.ndarray) -> None:
@@ -191,10 +198,14 @@ class Controller:
         """q̈_des from the references (kinematic layer).
 
         Reads the formulation's ``terms``/``contacts``, which must be prepared for
-        (q, v) — :meth:`update` does that.
+        (q, v) — :meth:`update` does that. Runs compiled (idyn_control.native) when the
+        formulation does and (q, v) are its prepared state.
         """
         m, c = self.model, self.config
         f = self.formulation
+        layer = self._native_layer
+        if layer is not None and q is f.terms.q and v is f.terms.v and layer.valid():
+            return layer.compute(contact_mask)
         nv, nb, na = m.nv, m.n_base, m.na
         joints = m.joint_q_index
         qdd = self.qdd_des

@@ -70,8 +70,12 @@ def check_vector(name: str, x: Any, size: int) -> np.ndarray:
     arr = np.asarray(x, dtype=float)
     if arr.shape != (size,):
         raise ShapeError(name, arr.shape, (size,))
-    if not np.isfinite(arr).all():
-        raise NonFiniteError(name, np.flatnonzero(~np.isfinite(arr)))
+    # one dot product screens for NaN/inf (a non-finite entry makes it non-finite); the
+    # exact check runs only then (a finite vector whose squares overflow passes)
+    if not math.isfinite(arr @ arr):
+        bad = np.flatnonzero(~np.isfinite(arr))
+        if bad.size:
+            raise NonFiniteError(name, bad)
     return arr
 
 
@@ -182,7 +186,7 @@ class Formulation(ABC):
         return Result(
             tau=self.tau.copy(),
             qdd=self.qdd.copy(),
-            forces=self.forces[order].copy(),
+            forces=self.forces[order],  # fancy indexing copies
             contact_frames=self._last_names,
             status=status,
             iterations=int(iterations),

@@ -76,6 +76,7 @@ def load() -> ctypes.CDLL:
     lib.idyn_engine_free.argtypes = [P]
     lib.idyn_engine_update.argtypes = [P]
     lib.idyn_engine_point_task.argtypes = [P, I, P, P, P, P]
+    lib.idyn_kinematic_layer.argtypes = [P, P, P, P, P, P, P]
     lib.idyn_wbc_new.restype = P
     lib.idyn_wbc_new.argtypes = [P, P, I, D]
     lib.idyn_wbc_free.argtypes = [P]
@@ -289,6 +290,50 @@ class QpContact:
         handle, self.handle = getattr(self, "handle", None), None
         if handle:
             self.lib.idyn_qpc_free(handle)
+
+
+#: Controller reference arrays the kinematic layer reads, in engine.cpp's order
+KL_REFS = ("q_ref", "v_ref", "a_ref", "joint_kp", "joint_kd", "base_position_ref", "base_rotation_ref",
+           "base_velocity_ref", "base_angular_ref", "foot_position_ref", "foot_velocity_ref",
+           "foot_acceleration_ref")
+#: ControllerConfig gains and weights passed every tick, in engine.cpp's order
+KL_GAINS = ("base_kp", "base_kd", "base_weight", "foot_kp", "foot_kd", "swing_weight", "stance_weight",
+            "posture_weight", "damping")
+
+
+class KinematicLayer:
+    """Controller.desired_acceleration in C++ (engine.cpp ``idyn_kinematic_layer``).
+
+    Reads the controller's reference arrays in place (they are never replaced, only
+    written) and the engine's last state.
+    """
+
+    def __init__(self, engine: Engine, controller):
+        self.lib, self.engine, self.controller = engine.lib, engine, controller
+        arrays = [getattr(controller, name) for name in KL_REFS]
+        self._arrays = arrays  # keep them alive and check they are not replaced
+        self.refs = np.array([_addr(a) for a in arrays], dtype=np.uint64)
+        self.joint_q_index = np.asarray(controller.model.joint_q_index, dtype=np.int32).copy()
+        self.mask = np.zeros(len(controller.model.contacts), dtype=bool)
+        self.gains = np.zeros(len(KL_GAINS))
+        self.qdd = controller.qdd_des
+        self._args = (engine.handle, _addr(self.refs), _addr(self.joint_q_index), _addr(controller.swing),
+                      _addr(self.mask), _addr(self.gains), _addr(self.qdd))
+        self._call = self.lib.idyn_kinematic_layer
+
+    def compute(self, contact_mask) -> np.ndarray:
+        c, g = self.controller.config, self.gains
+        (g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]) = (
+            c.base_kp, c.base_kd, c.base_weight, c.foot_kp, c.foot_kd, c.swing_weight, c.stance_weight,
+            c.posture_weight, c.damping)
+        self.mask[:] = contact_mask
+        self._call(*self._args)
+        return self.qdd
+
+    def valid(self) -> bool:
+        """False if the controller replaced one of its arrays (then Python computes)."""
+        c = self.controller
+        return all(getattr(c, name) is a for name, a in zip(KL_REFS, self._arrays)) and c.qdd_des is self.qdd
 
 
 #: status codes of solvers.cpp → idyn_control.qp status names

@@ -74,7 +74,7 @@ def _include_roots() -> list[Path]:
 
 def include_dirs() -> list[Path]:
     """Directories providing pinocchio/, proxsuite/, boost/ and Eigen/ headers."""
-    needed = {"pinocchio": "pinocchio/multibody.hpp", "proxsuite": "proxsuite/proxqp/dense/dense.hpp",
+    needed = {"pinocchio": "pinocchio/algorithm/crba.hpp", "proxsuite": "proxsuite/proxqp/dense/dense.hpp",
               "boost": "boost/variant.hpp", "eigen": "Eigen/Core"}
     found: dict[str, Path] = {}
     for root in _include_roots():

@@ -12,8 +12,16 @@
 #include <pinocchio/algorithm/jacobian.hpp>
 #include <pinocchio/algorithm/kinematics.hpp>
 #include <pinocchio/algorithm/rnea.hpp>
+#if __has_include(<pinocchio/multibody.hpp>)  // Pinocchio 4
 #include <pinocchio/multibody.hpp>
+#include <pinocchio/spatial.hpp>
+#else  // Pinocchio 3 (ROS 2 Jazzy)
+#include <pinocchio/multibody/data.hpp>
+#include <pinocchio/multibody/model.hpp>
+#include <pinocchio/spatial/explog.hpp>
+#endif
 
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -45,6 +53,9 @@ struct Engine {
   double* rotation = nullptr;  // k x 3 x 3 contact-frame orientations (row-major)
   pin::Data::Matrix6x J6;
   Eigen::VectorXd zero;
+  Eigen::MatrixXd kl_H;  // kinematic layer: normal equations
+  Eigen::VectorXd kl_rhs;
+  Eigen::LLT<Eigen::MatrixXd> kl_llt;
 
   Engine(pin::Model&& m, Terms&& t) : model(std::move(m)), data(model), terms(std::move(t)) {}
 };
@@ -165,6 +176,9 @@ void* idyn_engine_new(int njoints, const int* parents, const int* kinds, const d
     e->rotation = rotation;
     e->J6 = pinocchio::Data::Matrix6x::Zero(6, nv);
     e->zero = Eigen::VectorXd::Zero(nv);
+    e->kl_H = Eigen::MatrixXd::Zero(nv, nv);
+    e->kl_rhs = Eigen::VectorXd::Zero(nv);
+    e->kl_llt = Eigen::LLT<Eigen::MatrixXd>(nv);
     return e.release();
   } catch (const std::exception& ex) {
     idyn::set_error(err, errlen, ex.what());
@@ -214,6 +228,68 @@ void idyn_engine_point_task(void* handle, int frame, double* J, double* position
   p_out = p;
   v_out = v;
   a_out = a;
+}
+
+// The controller's kinematic layer (idyn_control.controller.Controller.desired_acceleration,
+// same equations): q̈_des by weighted least squares over base pose PD (world frame),
+// feet (stance: zero acceleration, damped; swing: PD on the reference) and posture PD.
+// refs: pointers to the Controller's reference arrays, in the order of KL_REFS in
+// idyn_control/native/__init__.py; gains: base_kp, base_kd, base_weight, foot_kp,
+// foot_kd, swing_weight, stance_weight, posture_weight, damping.
+void idyn_kinematic_layer(void* handle, const double* const* refs, const int* joint_q_index, const std::uint8_t* swing,
+                          const std::uint8_t* mask, const double* gains, double* qdd_out) {
+  auto& e = *static_cast<Engine*>(handle);
+  const auto& t = e.terms;
+  const int nv = e.dims.nv, nb = e.dims.nb, na = e.dims.na, k = e.dims.k;
+  Eigen::Map<const Eigen::VectorXd> q_ref(refs[0], na), v_ref(refs[1], na), a_ref(refs[2], na),
+      joint_kp(refs[3], na), joint_kd(refs[4], na);
+  Eigen::Map<Eigen::VectorXd> qdd(qdd_out, nv);
+  for (int j = 0; j < na; ++j)
+    qdd[nb + j] = a_ref[j] + joint_kp[j] * (q_ref[j] - t.q[joint_q_index[j]]) + joint_kd[j] * (v_ref[j] - t.v[nb + j]);
+  if (!nb) return;
+  const double base_kp = gains[0], base_kd = gains[1], base_weight = gains[2], foot_kp = gains[3], foot_kd = gains[4],
+               swing_weight = gains[5], stance_weight = gains[6], posture_weight = gains[7], damping = gains[8];
+  Eigen::Map<const Eigen::Vector3d> p_ref(refs[5]), vel_ref(refs[7]), ang_ref(refs[8]);
+  Eigen::Map<const Eigen::Matrix<double, 3, 3, Eigen::RowMajor>> R_ref(refs[6]);
+  const Eigen::Matrix3d R = Eigen::Quaterniond(t.q[6], t.q[3], t.q[4], t.q[5]).toRotationMatrix();
+  const Eigen::Vector3d v_lin = t.v.head<3>(), w_ang = t.v.segment<3>(3);
+  const Eigen::Vector3d p_dd = base_kp * (p_ref - t.q.head<3>()) + base_kd * (vel_ref - R * v_lin);
+  const Eigen::Matrix3d R_err = R_ref * R.transpose();
+  const Eigen::Vector3d rot_err = pinocchio::log3(R_err);
+  const Eigen::Vector3d w_dd = base_kp * rot_err + base_kd * (ang_ref - R * w_ang);
+  auto& H = e.kl_H;
+  auto& rhs = e.kl_rhs;
+  H.setZero();
+  rhs.head<3>() = base_weight * (R.transpose() * p_dd - w_ang.cross(v_lin));
+  rhs.segment<3>(3) = base_weight * (R.transpose() * w_dd);
+  rhs.tail(na) = posture_weight * qdd.tail(na);
+  for (int i = 0; i < k; ++i) {
+    const auto Ji = t.J.middleRows<3>(3 * i);
+    const Eigen::Vector3d vel = Ji * t.v;
+    Eigen::Vector3d b;
+    double w;
+    if (swing[i]) {
+      b = Eigen::Map<const Eigen::Vector3d>(refs[11] + 3 * i) +
+          foot_kp * (Eigen::Map<const Eigen::Vector3d>(refs[9] + 3 * i) - Eigen::Map<const Eigen::Vector3d>(e.position + 3 * i)) +
+          foot_kd * (Eigen::Map<const Eigen::Vector3d>(refs[10] + 3 * i) - vel);
+      w = swing_weight;
+    } else if (mask[i]) {
+      b = -foot_kd * vel;
+      w = stance_weight;
+    } else {
+      continue;
+    }
+    b -= t.drift.row(i).transpose();
+    H.noalias() += w * Ji.transpose() * Ji;
+    rhs.noalias() += w * Ji.transpose() * b;
+  }
+  H.diagonal().head(6).array() += base_weight + damping;
+  H.diagonal().tail(na).array() += posture_weight + damping;
+  e.kl_llt.compute(H);
+  if (e.kl_llt.info() == Eigen::Success)
+    qdd = e.kl_llt.solve(rhs);
+  else
+    qdd = H.ldlt().solve(rhs);  // not positive definite: only with zero weights and damping
 }
 
 }  // extern "C"
