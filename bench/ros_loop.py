@@ -9,14 +9,28 @@ plus subscribers, all in one thread (publishing from the spin loop: no GIL hand-
 that would distort receive times). Each JointState carries its send time
 (CLOCK_MONOTONIC, shared by all processes of the machine) in ``header.stamp``; the node
 stamps ``~/state`` with the stamp of the input it used and publishes it right after the
-command (``monitor_rate_hz`` = update rate for the run), so
+command (``monitor_rate_hz`` = update rate for the run). Three latencies are reported:
 
-- latency = receive time of ``~/state`` here − send time of the JointState it was computed
-  from: /joint_states publish → DDS → node → command publish → ``~/state`` publish → DDS →
-  here. An upper bound of "joint state in → command out". ``~/state`` is subscribed best
-  effort, depth 1, so a receiver backlog is dropped rather than counted as latency.
-- one-hop floor = publish → receive of the bench's own /joint_states in this process: what
-  one DDS hop into a Python callback costs under the same load (the path above has two).
+- ``in_node_input_to_command_us`` — the quantity issue 4 names, "joint state in → command
+  out", measured inside the node: from the moment the node's middleware received the
+  /joint_states sample (rmw ``received_timestamp``, stamped by the DDS receive thread) to
+  the moment the command computed from it was handed to the middleware (right after
+  ``publish()``), both on the system clock (CLOCK_REALTIME, the clock the rmw stamps use).
+  Each input counts once, at its first command. Pooled over the measured window from the
+  node's cumulative histogram in /diagnostics (``HIST_BIN_US`` bins; each percentile is the
+  upper edge of its bin). It includes the executor wake-up and Python dispatch of the
+  input, the wait for the tick (deadline modes) and the tick; it excludes the wire and the
+  command's own delivery to the effort controller (which is C++ on a robot).
+  ``in_node_split_us`` splits it (last /diagnostics window of each round): dispatch =
+  middleware receive → Python callback start, wait = callback start → tick start.
+- ``two_hop_latency_us`` = receive time of ``~/state`` here − send time of the JointState it
+  was computed from: /joint_states publish → DDS → node → command publish → ``~/state``
+  publish → DDS → here. Two DDS hops into Python callbacks plus the ~/state publish: an
+  upper bound of the above, not the quantity itself. ``~/state`` is subscribed best effort,
+  depth 1, so a receiver backlog is dropped rather than counted as latency.
+- ``one_hop_floor_us`` = publish → receive of the bench's own /joint_states in this
+  process: what one DDS hop into a Python callback costs under the same load (the two-hop
+  path has two of them).
 - command period jitter = deviation of the command inter-arrival times from 1/rate.
 - receiver gaps = command inter-arrival gaps > 1.5 periods (slots lost as seen here).
 - node deadline misses, tick compute time and start lateness come from the node's
@@ -24,7 +38,8 @@ command (``monitor_rate_hz`` = update rate for the run), so
 
 The first ``--warmup`` seconds of every run are discarded. ``--rounds R`` interleaves the
 designs in R rounds so that load drift on a shared machine hits all of them alike.
-``<mode>@<prio>`` runs a design with ``loop_priority`` (SCHED_FIFO), as on a robot.
+``<mode>@<prio>`` runs a design with ``loop_priority`` (SCHED_FIFO), as on a robot (and as
+the YAMLs' default, 50); a plain ``<mode>`` runs with ``loop_priority`` 0 (normal scheduling).
 Numbers depend on the machine and its load: the JSON names the machine and records the
 load average and the time of ``Controller.update`` alone before each round.
 """
@@ -236,8 +251,19 @@ def run_mode(mode: str, args, env, seconds: float) -> dict:
         except (KeyError, ValueError):
             return 0.0 if d is diag_start else float("nan")
 
+    from idyn_control.ros.loop_stats import decode_histogram
+
+    hist = (decode_histogram(diag_end.get("input_to_command_hist", ""))
+            - decode_histogram(diag_start.get("input_to_command_hist", "")))
     return {
         "latency_us": np.asarray(feeder.latency_ns, dtype=float) / 1e3,
+        "input_hist": hist,
+        "node_max_us_all": num(diag_end, "input_to_command_max_us_all"),
+        "input_split_us": {k: num(diag_end, k) for k in (
+            "input_dispatch_p50_us", "input_dispatch_p99_us", "input_wait_p50_us", "input_wait_p99_us",
+            "input_to_command_p50_us", "input_to_command_p99_us")},
+        "reused_input_ticks": num(diag_end, "reused_input_ticks") - num(diag_start, "reused_input_ticks"),
+        "overwritten_inputs": num(diag_end, "overwritten_inputs") - num(diag_start, "overwritten_inputs"),
         "one_hop_us": np.asarray(feeder.hop_ns, dtype=float) / 1e3,
         "gaps_s": np.diff(times) if times.size > 1 else np.zeros(0),
         "commands": int(times.size), "sent": sent, "seconds": seconds,
@@ -257,7 +283,19 @@ def run_mode(mode: str, args, env, seconds: float) -> dict:
 
 def summarize(mode: str, rounds: list[dict], rate: float) -> dict:
     """One design's rounds → the reported numbers (samples pooled, counters summed)."""
+    from idyn_control.ros.loop_stats import HIST_BIN_US, histogram_percentiles
+
     period = 1.0 / rate
+    hist = np.sum([r["input_hist"] for r in rounds], axis=0)
+    in_node = histogram_percentiles(hist)
+    if in_node:
+        top = np.flatnonzero(hist)[-1]
+        in_node["max"] = float((top + 1) * HIST_BIN_US)  # upper edge of the top bin
+        if top == hist.size - 1:  # the overflow bin: the max is only known to be beyond it
+            in_node["max"] = float("inf")
+            in_node["beyond_histogram"] = int(hist[top])
+        # the node's own max since start-up (includes the warm-up and the 1 s after the window)
+        in_node["node_max_since_start_us"] = max(r["node_max_us_all"] for r in rounds)
     lat = np.concatenate([r["latency_us"] for r in rounds])
     gaps = np.concatenate([r["gaps_s"] for r in rounds])
     lost = int(np.sum(np.maximum(np.round(gaps / period) - 1, 0)[gaps > 1.5 * period]))
@@ -273,9 +311,15 @@ def summarize(mode: str, rounds: list[dict], rate: float) -> dict:
         "joint_states_sent": sum(r["sent"] for r in rounds),
         "commands_received": commands,
         "command_rate_hz": commands / seconds,
-        "latency_us": percentiles(lat),
+        # middleware receive of /joint_states in the node → command published (module docstring)
+        "in_node_input_to_command_us": in_node,
+        "in_node_split_us": [r["input_split_us"] for r in rounds],
+        "in_node_reused_input_ticks": sum(r["reused_input_ticks"] for r in rounds),
+        "in_node_overwritten_inputs": sum(r["overwritten_inputs"] for r in rounds),
+        # bench publish → node → ~/state → bench receive: two DDS hops, an upper bound
+        "two_hop_latency_us": percentiles(lat),
         # publish → receive of the bench's own /joint_states: the floor of one DDS hop into a
-        # Python subscriber under the same load; the node's path has two such hops
+        # Python subscriber under the same load; the two-hop path has two such hops
         "one_hop_floor_us": percentiles(np.concatenate([r["one_hop_us"] for r in rounds])),
         "command_period_us": percentiles(gaps * 1e6),
         "command_jitter_us": percentiles(np.abs(gaps - period) * 1e6),
@@ -340,10 +384,13 @@ def main(argv=None) -> int:
     for mode in modes:
         r = summarize(mode, raw[mode], args.rate)
         report["results"].append(r)
-        lat, n = r["latency_us"], r["node"]
-        print(f"{mode:>12}: latency p50 {lat.get('p50', float('nan')):.0f} p99 {lat.get('p99', float('nan')):.0f} "
-              f"max {lat.get('max', float('nan')):.0f} µs (one-hop floor p50 "
-              f"{r['one_hop_floor_us'].get('p50', float('nan')):.0f}) | commands {r['command_rate_hz']:.0f} Hz, "
+        lat, n, own = r["two_hop_latency_us"], r["node"], r["in_node_input_to_command_us"]
+        nan = float("nan")
+        print(f"{mode:>12}: in-node input→command p50 {own.get('p50', nan):.0f} p99 {own.get('p99', nan):.0f} "
+              f"max {own.get('max', nan):.0f} µs | two-hop p50 {lat.get('p50', nan):.0f} "
+              f"p99 {lat.get('p99', nan):.0f} max {lat.get('max', nan):.0f} µs (one-hop floor p50 "
+              f"{r['one_hop_floor_us'].get('p50', nan):.0f} p99 {r['one_hop_floor_us'].get('p99', nan):.0f}) "
+              f"| commands {r['command_rate_hz']:.0f} Hz, "
               f"jitter p99 {r['command_jitter_us'].get('p99', float('nan')):.0f} µs, "
               f"lost {r['receiver_lost_rate'] * 100:.2f} % | node misses {n['deadline_miss_rate'] * 100:.2f} % "
               f"| load {np.mean(r['loadavg_1min']):.1f}, Controller.update alone p50 "

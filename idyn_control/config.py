@@ -114,16 +114,19 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "Formulations); its options are formulation_options.<key>", read_only=True),
     ParamSpec("update_rate", 1000.0, DOUBLE, "control loop rate [Hz]; the formulation's dt is 1/rate",
               (10.0, 10000.0), read_only=True),
-    ParamSpec("loop_mode", "deadline", STRING,
-              "loop design: deadline = one thread serving callbacks until each absolute deadline, "
-              "then the tick; thread = a loop thread sleeping to absolute deadlines beside the "
-              "executor thread; events/timer = rclpy timer on the EventsExecutor/"
-              "SingleThreadedExecutor; triggered = one tick per /joint_states message",
+    ParamSpec("loop_mode", "triggered", STRING,
+              "loop design: triggered = one tick per /joint_states message, run as soon as it "
+              "arrives (the state publisher's clock drives the loop, like ros2_control's read → "
+              "update → write; lowest input → command latency); deadline = one thread serving "
+              "callbacks until each absolute deadline, then the tick; thread = a loop thread "
+              "sleeping to absolute deadlines beside the executor thread; events/timer = rclpy "
+              "timer on the EventsExecutor/SingleThreadedExecutor",
               read_only=True, choices=LOOP_MODES),
-    ParamSpec("loop_priority", 0, INT,
+    ParamSpec("loop_priority", 50, INT,
               "SCHED_FIFO priority of the loop thread (thread mode) or of the executor thread (other "
-              "modes), as ros2_control's thread_priority; 0 = normal scheduling; needs CAP_SYS_NICE or "
-              "an rtprio limit, else a warning", (0, 99), read_only=True),
+              "modes), as ros2_control's thread_priority (same default); 0 = normal scheduling; needs "
+              "CAP_SYS_NICE or an rtprio limit, else a warning and normal scheduling", (0, 99),
+              read_only=True),
     ParamSpec("autostart", True, BOOL, "configure and activate at start-up (no lifecycle manager needed)",
               read_only=True),
     ParamSpec("command_topic", "/effort_controller/commands", STRING,

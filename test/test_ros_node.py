@@ -42,7 +42,8 @@ SOLO_YAML = ROOT / "config" / "solo12.yaml"
 DOMAIN_ID = random.Random(os.getpid() ^ time.time_ns()).randint(1, 200)
 EFFORT_LIMIT = 2.7  # Solo12 [N·m] (robots.py)
 COMMAND_TOPIC = "/effort_controller/commands"
-FEED_HZ = 250.0     # the node's loop runs at 1 kHz from its own clock; inputs may be slower
+FEED_HZ = 1000.0    # joint states at the loop rate, like joint_state_broadcaster under a 1 kHz
+                    # controller_manager: the default loop (triggered) ticks once per message
 
 
 def command_topic(name: str) -> str:
@@ -127,7 +128,7 @@ class Harness:
         now = time.monotonic()
         if not self.feeding or now < self._next_feed:
             return
-        self._next_feed = now + 1.0 / FEED_HZ
+        self._next_feed = max(self._next_feed + 1.0 / FEED_HZ, now - 0.01)  # absolute schedule
         stamp = self.node.get_clock().now().to_msg()
         js = JointState(name=self.joint_names, position=self.joint_positions, velocity=self.joint_velocities)
         js.header.stamp = stamp
@@ -142,19 +143,22 @@ class Harness:
         self.pub_odom.publish(odom)
         self.pub_contacts.publish(Float64MultiArray(data=list(self.contact_values)))
 
+    def _spin_once(self) -> None:
+        self.feed()  # then serve callbacks until the next feed is due
+        wait = max(0.0, self._next_feed - time.monotonic()) if self.feeding else 0.001
+        self.executor.spin_once(timeout_sec=min(0.001, wait))
+
     def spin_for(self, seconds: float) -> None:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            self.feed()
-            self.executor.spin_once(timeout_sec=0.001)
+            self._spin_once()
 
     def spin_until(self, predicate, timeout: float, what: str = "condition") -> None:
         end = time.monotonic() + timeout
         while not predicate():
             if time.monotonic() > end:
                 raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-            self.feed()
-            self.executor.spin_once(timeout_sec=0.001)
+            self._spin_once()
 
     def call(self, srv_type, name: str, request, timeout: float = 10.0):
         client = self.node.create_client(srv_type, name)
@@ -452,6 +456,53 @@ def test_joint_states_are_matched_by_name_in_any_order():
     msg.name = names[1:]
     msg.position, msg.velocity = [0.0] * 12, [0.0] * 12
     assert reader.read(msg) == "missing_joint" and reader.missing == (names[0],)
+
+
+def test_joint_states_read_from_cdr_bytes_equal_the_message_path():
+    """The raw-subscription reader (CDR bytes) agrees with the message reader on random
+    messages: shuffled, missing and extra names, frame ids of every alignment, wrong
+    sizes, NaN, empty fields; bytes that are no JointState are dropped as malformed."""
+    from rclpy.serialization import serialize_message
+
+    from idyn_control.ros.conversions import JointStateReader
+
+    model = robots.load("solo12")
+    fast, ref = JointStateReader(model), JointStateReader(model)
+    rng = random.Random(3)
+    names = list(model.joint_names)
+    for trial in range(400):
+        chosen = rng.sample(names, len(names))
+        if rng.random() < 0.2:
+            chosen = chosen[1:]                      # a model joint missing
+        if rng.random() < 0.2:
+            chosen.insert(rng.randrange(len(chosen) + 1), "gripper_" + "x" * rng.randrange(5))
+        n = len(chosen)
+        sizes = [n, n]
+        if rng.random() < 0.1:
+            sizes[rng.randrange(2)] = rng.choice((0, n - 1, n + 1))
+        position = [rng.uniform(-3, 3) for _ in range(sizes[0])]
+        velocity = [rng.uniform(-3, 3) for _ in range(sizes[1])]
+        if position and rng.random() < 0.1:
+            position[rng.randrange(len(position))] = math.nan
+        msg = JointState(name=chosen, position=position, velocity=velocity,
+                         effort=[1.0] * rng.choice((0, n)))
+        msg.header.frame_id = "f" * rng.randrange(9)
+        msg.header.stamp.sec, msg.header.stamp.nanosec = trial, rng.randrange(10**9)
+        want = ref.read(msg)
+        got = fast.read_serialized(serialize_message(msg))
+        assert got == want, (trial, got, want)
+        assert fast.stamp_ns == ref.stamp_ns and fast.sizes == ref.sizes
+        if want is None:
+            np.testing.assert_array_equal(fast.q, ref.q)
+            np.testing.assert_array_equal(fast.v, ref.v)
+            assert fast.unknown == ref.unknown
+    # the same names again (the cached name block), new values
+    msg = JointState(name=names, position=[0.1] * 12, velocity=[0.2] * 12)
+    for value in (0.3, -0.4):
+        msg.position = [value] * 12
+        assert fast.read_serialized(serialize_message(msg)) is None and ref.read(msg) is None
+        np.testing.assert_array_equal(fast.q, ref.q)
+    assert fast.read_serialized(b"\x00\x01\x00\x00garbage") == "malformed"
 
 
 def test_joint_trajectory_is_interpolated_in_time():

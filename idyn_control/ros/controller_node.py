@@ -20,21 +20,34 @@ lock-step simulator) at ``update_rate`` and publishes joint efforts for a ros2_c
 
 Loop designs (``loop_mode``; measured by ``bench/ros_loop.py``):
 
-- ``deadline`` (default): single-threaded. :meth:`ControllerNode.spin` serves executor
-  callbacks (EventsExecutor) until each absolute deadline, busy-waits the last
-  ``SPIN_MARGIN_S``, serves the callbacks that arrived meanwhile, then ticks. No GIL
-  hand-off between an input thread and a loop thread; whole periods lost are counted and
+- ``triggered`` (default): one tick per /joint_states message, run in its callback as soon
+  as it arrives (the hardware or simulator clock drives the loop, like ros2_control's
+  read → update → write; the state publisher must run at ``update_rate``); a timer covers a
+  silent input (watchdog). No wait between input and tick: the lowest input → command
+  latency and the fewest misses of the designs measured on our 2-core VM. A miss is a tick
+  whose command left more than one period after its input's callback started.
+- ``deadline``: single-threaded. :meth:`ControllerNode.spin` serves executor callbacks
+  (EventsExecutor) until each absolute deadline, busy-waits the last ``SPIN_MARGIN_S``,
+  serves the callbacks that arrived meanwhile, then ticks. The node's own clock sets the
+  rate; an input waits up to a period for its tick. Whole periods lost are counted and
   skipped (phase kept).
 - ``thread``: a loop thread sleeping to absolute deadlines beside the executor thread.
 - ``events`` / ``timer``: an rclpy timer on the EventsExecutor / SingleThreadedExecutor.
-- ``triggered``: one tick per /joint_states message (the hardware or simulator clock drives
-  the loop, like ros2_control's read → update → write); a timer covers a silent input.
 
-Per tick nothing is allocated by the node (messages and their buffers are preallocated and
-written through numpy views); the garbage collector is frozen after configure, disabled
-while the loop runs and collected (young generations) only when a tick left slack.
-Monitoring (~/state, contact wrenches, /diagnostics) is decimated and published in the
-slack before the next deadline.
+The path /joint_states → command is kept short: /joint_states is subscribed raw and read
+from its CDR bytes (:meth:`.JointStateReader.read_serialized`: no Python message object),
+the command is kept serialized and published as bytes, and everything that is not needed
+for the command (counters, statistics, monitoring) runs after it is published. Per tick
+the node allocates nothing but the bytes handed to the middleware (messages and buffers are
+preallocated and written through numpy views); the garbage collector is frozen after
+configure, disabled while the loop runs and collected (young generations) only when a tick
+left slack. Monitoring (~/state, contact wrenches, /diagnostics) is decimated and
+published in the slack before the next deadline.
+
+Input → command latency ("joint state in → command out") is measured in the node from the
+rmw ``received_timestamp`` of each /joint_states sample to the command's publish, on the
+system clock the rmw stamps use (:mod:`.loop_stats`), and reported in /diagnostics
+(``input_to_command_*``, with its dispatch/wait split and a whole-run histogram).
 
 Inputs (state topics are subscribed best-effort, depth 1: they match best-effort and
 reliable publishers; references reliable, depth 1):
@@ -64,6 +77,7 @@ from __future__ import annotations
 import array
 import ctypes
 import gc
+import inspect
 import os
 import signal
 import threading
@@ -79,6 +93,7 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.serialization import serialize_message
 from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
@@ -112,7 +127,7 @@ MONITOR_MAX_DEFER_S = 0.5      # publish anyway after waiting this long for slac
 
 INPUTS = ("joint_states", "odom", "contact_states", "joint_reference", "base_reference", "wrench")
 DROP_REASONS = {
-    "joint_states": ("missing_joint", "unknown_joint", "wrong_size", "nonfinite", "out_of_order"),
+    "joint_states": ("missing_joint", "unknown_joint", "wrong_size", "nonfinite", "out_of_order", "malformed"),
     "odom": ("nonfinite", "bad_quaternion", "out_of_order"),
     "contact_states": ("wrong_size", "nonfinite"),
     "joint_reference": ("empty", "unknown_joint", "wrong_size", "nonfinite", "time_not_increasing"),
@@ -250,6 +265,11 @@ class ControllerNode(LifecycleNode):
         self._in_base_q, self._in_base_v = np.array([0, 0, 0, 0, 0, 0, 1.0]), np.zeros(6)
         self._in_contacts = np.ones(k)
         self._t_in = {name: 0.0 for name in INPUTS}                       # monotonic receive time
+        # the latest /joint_states not yet used by a tick: middleware receive and callback start
+        # [ns, system clock, as the rmw stamps], 0 = none new; and those of the tick's input
+        self._in_rx_ns = self._in_cb_ns = 0
+        self._used_rx_ns = self._used_cb_ns = 0
+        self._published_ns = 0                                           # this tick's command [ns]
         self._stamp_in = {"joint_states": 0, "odom": 0}                  # header stamps [ns]
         self._q, self._v = model.neutral(), np.zeros(nv)                 # tick state
         self._mask = np.ones(k, dtype=bool)
@@ -300,11 +320,16 @@ class ControllerNode(LifecycleNode):
         # ---------------------------------------------------------- messages
         # numpy views onto the messages' own buffers: the tick writes in place, no copies
         # (read back after assignment: the field setter may copy the array)
-        self._cmd_msg = Float64MultiArray()
-        self._cmd_msg.layout.dim = [MultiArrayDimension(label="joints", size=len(command_joints),
-                                                        stride=len(command_joints))]
-        self._cmd_msg.data = array.array("d", bytes(8 * len(command_joints)))
-        self._cmd_view = np.frombuffer(self._cmd_msg.data, dtype=float)
+        # the command is kept serialized (CDR bytes, as the middleware sends it) and published
+        # as bytes: half the cost of publishing the message object; the tick writes the
+        # efforts into the data sequence at the end of the buffer
+        cmd_msg = Float64MultiArray()
+        cmd_msg.layout.dim = [MultiArrayDimension(label="joints", size=len(command_joints),
+                                                  stride=len(command_joints))]
+        cmd_msg.data = array.array("d", bytes(8 * len(command_joints)))
+        self._cmd_cdr = bytearray(serialize_message(cmd_msg))
+        self._cmd_view = np.frombuffer(self._cmd_cdr, dtype="<f8", count=len(command_joints),
+                                       offset=len(self._cmd_cdr) - 8 * len(command_joints))
         self._state_msg = JointState()
         self._state_msg.name = list(joints)
         for field in ("position", "velocity", "effort"):
@@ -323,7 +348,8 @@ class ControllerNode(LifecycleNode):
         self._wrench_pubs = [self._add(self.create_publisher(WrenchStamped, f"~/contact_wrench/{f}", MONITOR_QOS))
                              for f in model.contact_frames]
         self._diag_pub = self._add(self.create_publisher(DiagnosticArray, "/diagnostics", MONITOR_QOS))
-        self._add(self.create_subscription(JointState, "/joint_states", self._on_joint_states, STATE_QOS))
+        self._add(self.create_subscription(JointState, "/joint_states", with_message_info(self._on_joint_states),
+                                           STATE_QOS, raw=True))  # CDR bytes: see JointStateReader
         if model.floating_base:
             self._add(self.create_subscription(Odometry, "/odom", self._on_odom, STATE_QOS))
         if k:
@@ -501,6 +527,7 @@ class ControllerNode(LifecycleNode):
         if now - self._last_scheduled > self._node_params["watchdog_timeout"]:
             self._last_scheduled = now
             self._tick(now)
+            self._maybe_collect(now + self.period_s)
 
     def _maybe_collect(self, next_deadline: float) -> None:
         self._ticks_since_gc += 1
@@ -512,6 +539,8 @@ class ControllerNode(LifecycleNode):
     def _tick(self, scheduled: float) -> None:
         """One control period: inputs → Controller → command; never raises."""
         started = time.monotonic()
+        started_ns = time.time_ns()
+        self._published_ns = 0
         try:
             self._tick_body(started)
         except Exception as exc:  # noqa: BLE001 - the loop must survive anything
@@ -520,7 +549,14 @@ class ControllerNode(LifecycleNode):
             self._cmd_view[:] = 0.0
             self._publish_command()
         published = time.monotonic()
-        self._stats.record(scheduled, started, published)
+        stats = self._stats
+        stats.record(scheduled, started, published)
+        if self._published_ns:  # joint state in → command out, once per input (loop_stats)
+            if self._used_rx_ns:
+                stats.record_input(self._used_rx_ns, self._used_cb_ns, started_ns, self._published_ns)
+                self._used_rx_ns = 0
+            else:
+                stats.reused_input_ticks += 1
         self._monitor(published, scheduled + self.period_s)
 
     def _tick_body(self, now: float) -> None:
@@ -537,6 +573,9 @@ class ControllerNode(LifecycleNode):
                      and (not m.floating_base or now - t_in["odom"] < timeout)
                      and (t_in["contact_states"] == 0.0 or now - t_in["contact_states"] < timeout))
             if have:
+                if self._in_rx_ns:  # a joint state no tick has used yet
+                    self._used_rx_ns, self._used_cb_ns = self._in_rx_ns, self._in_cb_ns
+                    self._in_rx_ns = 0
                 self._q[m.joint_q_index] = self._in_jq
                 self._v[m.n_base:] = self._in_jv
                 if m.floating_base:
@@ -570,15 +609,16 @@ class ControllerNode(LifecycleNode):
                     self._mode = ACTIVE
         self._apply_references()
         cmd = ctrl.update(self._q, self._v, self._mask)
+        np.take(cmd.tau, self._cmd_index, out=self._cmd_view)
+        self._publish_command()
+        # bookkeeping after the command is out
         result = cmd.result
         self._status_counts[result.status if result is not None else "exception"] += 1
         self._source_counts[cmd.source] = self._source_counts.get(cmd.source, 0) + 1
         self._saturated_joints += cmd.saturated
         self._last_source = cmd.source
         self._last_result = result if cmd.source == "formulation" else None
-        np.take(cmd.tau, self._cmd_index, out=self._cmd_view)
         self._tau[:] = cmd.tau
-        self._publish_command()
 
     def _safe_command(self, v: np.ndarray) -> None:
         ctrl = self.ctrl
@@ -594,7 +634,8 @@ class ControllerNode(LifecycleNode):
         if not np.isfinite(self._cmd_view).all():  # last line of defence; Controller already guards
             self._cmd_view[:] = 0.0
             self._status_counts["exception"] += 1
-        self._cmd_pub.publish(self._cmd_msg)
+        self._cmd_pub.publish(bytes(self._cmd_cdr))
+        self._published_ns = time.time_ns()
 
     def _publish_final(self) -> None:
         """Cleanup/shutdown: one safe command at zero velocity (the effort controller keeps it)."""
@@ -629,12 +670,11 @@ class ControllerNode(LifecycleNode):
             ctrl.formulation.set_measured_forces(self._world_forces(self._wrench_measured))
 
     def _world_forces(self, forces: dict[str, tuple[np.ndarray, bool]]) -> dict[str, np.ndarray]:
-        data = self.ctrl.formulation.terms.data
+        rotation = self.ctrl.formulation.contacts.rotation
         out = {}
         for frame, (f, local) in list(forces.items()):  # a callback may add a frame meanwhile
             if local:  # contact frame → world, with the last tick's kinematics
-                fid = self.model.contact_frame_ids[self.model.contact_index(frame)]
-                out[frame] = data.oMf[fid].rotation @ f
+                out[frame] = rotation[self.model.contact_index(frame)] @ f
             else:
                 out[frame] = f
         return out
@@ -692,9 +732,9 @@ class ControllerNode(LifecycleNode):
         if result is not None:
             for frame, f in zip(result.contact_frames, result.forces):
                 forces[m.contact_index(frame)] = f
-        data = self.ctrl.formulation.terms.data
+        rotation = self.ctrl.formulation.contacts.rotation
         for i, (msg_w, pub) in enumerate(zip(self._wrench_msgs, self._wrench_pubs)):
-            f_local = data.oMf[m.contact_frame_ids[i]].rotation.T @ forces[i]
+            f_local = rotation[i].T @ forces[i]
             msg_w.header.stamp = msg.header.stamp
             msg_w.wrench.force.x, msg_w.wrench.force.y, msg_w.wrench.force.z = (
                 float(f_local[0]), float(f_local[1]), float(f_local[2]))
@@ -717,6 +757,7 @@ class ControllerNode(LifecycleNode):
         }
         for key, v in self._stats.summary().items():
             values[key] = v
+        values["input_to_command_hist"] = self._stats.latency_hist.encode()
         for status, n in self._status_counts.items():
             values[f"status.{status}"] = n
         for source, n in self._source_counts.items():
@@ -784,18 +825,22 @@ class ControllerNode(LifecycleNode):
         self._drop(inp, "out_of_order", lambda: "stamp older than the previous message")
         return True
 
-    def _on_joint_states(self, msg: JointState) -> None:
+    def _on_joint_states(self, data: bytes | JointState, msg_info: dict | None = None) -> None:
+        """/joint_states, subscribed raw (CDR bytes, see JointStateReader.read_serialized) with
+        the rmw message info: its receive time starts the input → command latency."""
+        callback_ns = time.time_ns()
+        received_ns = msg_info["received_timestamp"] if msg_info else callback_ns
         reader = self._js
-        reason = reader.read(msg)
+        reason = reader.read_serialized(data) if isinstance(data, bytes) else reader.read(data)
         if reason is not None:
             self._drop("joint_states", reason, lambda: (
                 f"missing {list(reader.missing)}" if reason == "missing_joint" else
-                f"{len(msg.name)} names, {len(msg.position)} positions, {len(msg.velocity)} velocities"
-                if reason == "wrong_size" else "NaN/inf in position or velocity"))
+                "{} names, {} positions, {} velocities".format(*reader.sizes) if reason == "wrong_size" else
+                "not a sensor_msgs/JointState" if reason == "malformed" else "NaN/inf in position or velocity"))
             return
         if reader.unknown:  # entries the model lacks are ignored, and counted
             self._drop("joint_states", "unknown_joint", lambda: f"ignored joints {list(reader.unknown)}")
-        stamp = stamp_ns(msg.header.stamp)
+        stamp = reader.stamp_ns
         if self._out_of_order("joint_states", stamp):
             return
         now = time.monotonic()
@@ -804,9 +849,13 @@ class ControllerNode(LifecycleNode):
             self._in_jv[:] = reader.v
             self._t_in["joint_states"] = now
             self._stamp_in["joint_states"] = stamp
+            if self._in_rx_ns:
+                self._stats.overwritten_inputs += 1
+            self._in_rx_ns, self._in_cb_ns = received_ns, callback_ns
         if self.loop_mode == "triggered" and self._loop_running:
             self._last_scheduled = now
             self._tick(now)
+            self._maybe_collect(now + self.period_s)
 
     def _on_odom(self, msg: Odometry) -> None:
         reason = self._odom.read(msg)
@@ -951,6 +1000,28 @@ def set_timer_slack(ns: int = 1) -> bool:
         return libc.prctl(PR_SET_TIMERSLACK, ns, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+_MSG_INFO_SIGNATURE = inspect.Signature([inspect.Parameter("msg", inspect.Parameter.POSITIONAL_ONLY),
+                                         inspect.Parameter("msg_info", inspect.Parameter.POSITIONAL_ONLY)])
+
+
+def with_message_info(callback: Callable[[Any, dict], None]) -> Callable[..., None]:
+    """``callback(msg, msg_info)`` as a subscription callback that rclpy calls with the rmw
+    message info (``received_timestamp``, ``source_timestamp`` [ns, system clock]).
+
+    rclpy picks "with message info" from the callback's signature (two positional
+    parameters). The SingleThreadedExecutor then calls ``cb(msg, info)``; the EventsExecutor
+    of this rclpy (Kilted) calls ``cb((msg, info))`` with the tuple as one argument (calling
+    a two-parameter function that way fails inside its C++), hence ``*args`` with a declared
+    two-parameter ``__signature__``: both calling conventions work.
+    """
+    def subscription_callback(*args) -> None:
+        msg, info = args if len(args) == 2 else args[0]
+        callback(msg, info)
+
+    subscription_callback.__signature__ = _MSG_INFO_SIGNATURE
+    return subscription_callback
 
 
 def _raise_keyboard_interrupt(signum, frame) -> None:
