@@ -9,7 +9,9 @@ plus subscribers, all in one thread (publishing from the spin loop: no GIL hand-
 that would distort receive times). Each JointState carries its send time
 (CLOCK_MONOTONIC, shared by all processes of the machine) in ``header.stamp``; the node
 stamps ``~/state`` with the stamp of the input it used and publishes it right after the
-command (``monitor_rate_hz`` = update rate for the run). Three latencies are reported:
+command (``monitor_rate_hz`` = update rate for the run, so every tick yields a two-hop
+sample; ``--monitor-rate 50``, the node's default, measures the node as deployed, with
+monitoring decimated and two-hop samples only every 20th tick). Three latencies are reported:
 
 - ``in_node_input_to_command_us`` — the quantity issue 4 names, "joint state in → command
   out", measured inside the node: from the moment the node's middleware received the
@@ -195,7 +197,7 @@ def run_mode(mode: str, args, env, seconds: float) -> dict:
     cmd = [sys.executable, "-m", "idyn_control.ros.controller_node", "--ros-args",
            "--params-file", str(args.params), "-p", f"loop_mode:={loop_mode}",
            "-p", f"loop_priority:={int(priority or 0)}",
-           "-p", f"monitor_rate_hz:={args.rate}", "-p", "diagnostics_rate_hz:=2.0",
+           "-p", f"monitor_rate_hz:={args.monitor_rate or args.rate}", "-p", "diagnostics_rate_hz:=2.0",
            "-p", f"update_rate:={args.rate}"]
     if args.formulation:
         cmd += ["-p", f"formulation:={args.formulation}"]
@@ -350,6 +352,8 @@ def main(argv=None) -> int:
     parser.add_argument("--params", default=str(ROOT / "config" / "solo12.yaml"))
     parser.add_argument("--formulation", default="", help="override the YAML's formulation")
     parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--monitor-rate", type=float, default=0.0,
+                        help="the node's monitor_rate_hz (~/state, wrenches); default = --rate")
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=1,
                         help="split the duration into interleaved rounds of every design")
@@ -371,7 +375,8 @@ def main(argv=None) -> int:
                     "cores": os.cpu_count(), "python": platform.python_version(),
                     "loadavg_start": os.getloadavg()},
         "robot": args.robot, "params": str(args.params), "formulation_override": args.formulation,
-        "rate_hz": args.rate, "duration_s": args.duration, "warmup_s": args.warmup, "rounds": args.rounds,
+        "rate_hz": args.rate, "monitor_rate_hz": args.monitor_rate or args.rate,
+        "duration_s": args.duration, "warmup_s": args.warmup, "rounds": args.rounds,
         "results": [],
     }
     modes = [m for m in args.modes.split(",") if m]

@@ -84,7 +84,10 @@ def standing(formulation: str, *, robot: str = "solo12", ticks: int = 10_000, wa
     q, v, qdd_des = q_stand.copy(), np.zeros(model.nv), np.zeros(model.nv)
     times = np.empty(ticks)
     statuses: dict[str, int] = {}
+    # as the node does after configure: collect, then freeze the survivors so the young
+    # generations the tick's small garbage triggers stay cheap
     gc.collect()
+    gc.freeze()
     for i in range(-warmup, ticks):
         t = i * f.dt
         phase = 2 * np.pi * FREQUENCY_HZ * t + phase0
@@ -97,6 +100,7 @@ def standing(formulation: str, *, robot: str = "solo12", ticks: int = 10_000, wa
         if i >= 0:
             times[i] = dt
             statuses[result.status] = statuses.get(result.status, 0) + 1
+    gc.unfreeze()
     out = {"formulation": formulation, "backend": f.backend, "robot": robot, "contacts": len(contacts),
            "options": {k: v for k, v in options.items()}, "status": statuses}
     out.update(summarize(times))

@@ -11,6 +11,7 @@ Run with ``OPENBLAS_NUM_THREADS=1``: on these small matrices a multi-threaded BL
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import Counter
 from typing import Iterable, Sequence
@@ -65,7 +66,7 @@ def multi_contact_model(points_per_foot: int, *, robot: str = "solo12",
 
 def contact_scaling(formulation_names: Iterable[str], counts: Sequence[int] = DEFAULT_COUNTS,
                     ticks: int = 1000, *, robot: str = "solo12", dt: float = 1e-3,
-                    q_noise: float = 0.0, warmup: int = 20, seed: int = 0) -> list[dict]:
+                    q_noise: float = 0.0, warmup: int = 200, seed: int = 0) -> list[dict]:
     """Time each formulation standing on ``counts`` contact points.
 
     Args:
@@ -105,6 +106,8 @@ def contact_scaling(formulation_names: Iterable[str], counts: Sequence[int] = DE
                  for _ in forms]
         rng = np.random.default_rng(seed)
         q = q_stand.copy()
+        gc.collect()
+        gc.freeze()  # as the node does after configure
         # round robin: every formulation solves the same state in the same tick, so load
         # bursts on a shared machine hit all of them alike
         for tick in range(warmup + ticks):
@@ -122,6 +125,7 @@ def contact_scaling(formulation_names: Iterable[str], counts: Sequence[int] = DE
                 st["status"][result.status] += 1
                 if form.predicts_forces:
                     st["residual"] = max(st["residual"], form.dynamics_residual(result))
+        gc.unfreeze()
         for name, st in zip(available, stats):
             t_us = np.asarray(st["times"]) * 1e6
             rows.append({
