@@ -298,11 +298,11 @@ class Controller:
         rate = self.config.torque_rate_limit
         if rate > 0.0:
             step = rate * self.config.dt
-            tau = np.clip(tau, self._tau_prev - step, self._tau_prev + step)
+            tau = np.minimum(np.maximum(tau, self._tau_prev - step), self._tau_prev + step)  # np.clip: 3× slower
         saturated = int((np.abs(tau) > self.tau_limit).sum())
         if saturated:
             self.counters["saturated_ticks"] += 1
-            tau = np.clip(tau, -self.tau_limit, self.tau_limit)
+            tau = np.minimum(np.maximum(tau, -self.tau_limit), self.tau_limit)
         self._tau_prev[:] = tau
         self.last_source = source
         return Command(tau=tau, result=result, source=source, saturated=saturated)

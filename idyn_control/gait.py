@@ -34,6 +34,7 @@ import numpy as np
 import pinocchio as pin
 
 from .errors import ConfigError, ShapeError
+from .linalg import solve_pd
 
 GRAVITY = 9.81  # [m/s²]
 MODES = ("stand", "trot")
@@ -503,7 +504,7 @@ class Gait:
         """Jjᵀ (Jj Jjᵀ + λI)⁻¹ rhs: least-norm joint motion, bounded near a straight leg."""
         A = Jj @ Jj.T
         A += self._ik_damping
-        return Jj.T @ np.linalg.solve(A, rhs)
+        return Jj.T @ solve_pd(A, rhs)
 
     def _write_references(self) -> None:
         ctrl = self.controller
