@@ -11,7 +11,9 @@ that would distort receive times). Each JointState carries its send time
 stamps ``~/state`` with the stamp of the input it used and publishes it right after the
 command (``monitor_rate_hz`` = update rate for the run, so every tick yields a two-hop
 sample; ``--monitor-rate 50``, the node's default, measures the node as deployed, with
-monitoring decimated and two-hop samples only every 20th tick). Three latencies are reported:
+monitoring decimated and two-hop samples only every 20th tick). ``--node-cpus 1`` gives the
+node a core of its own (its ``cpu_affinity``) and runs this process on the others.
+Three latencies are reported:
 
 - ``in_node_input_to_command_us`` — the quantity issue 4 names, "joint state in → command
   out", measured inside the node: from the moment the node's middleware received the
@@ -201,6 +203,8 @@ def run_mode(mode: str, args, env, seconds: float) -> dict:
            "-p", f"update_rate:={args.rate}"]
     if args.formulation:
         cmd += ["-p", f"formulation:={args.formulation}"]
+    if args.node_cpus:
+        cmd += ["-p", f"cpu_affinity:=[{args.node_cpus}]"]
     log = open(Path(args.json).with_suffix(f".{mode.replace('@', '_fifo')}.log"), "w")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     context = rclpy.Context()
@@ -352,6 +356,9 @@ def main(argv=None) -> int:
     parser.add_argument("--params", default=str(ROOT / "config" / "solo12.yaml"))
     parser.add_argument("--formulation", default="", help="override the YAML's formulation")
     parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--node-cpus", default="",
+                        help="comma-separated CPUs for the node (its cpu_affinity); this process "
+                             "then runs on the others, as a robot keeps a core for its controller")
     parser.add_argument("--monitor-rate", type=float, default=0.0,
                         help="the node's monitor_rate_hz (~/state, wrenches); default = --rate")
     parser.add_argument("--warmup", type=float, default=3.0)
@@ -369,13 +376,17 @@ def main(argv=None) -> int:
     from idyn_control.ros.controller_node import set_timer_slack
 
     set_timer_slack()  # this process's timed waits as precise as the node's
+    if args.node_cpus:
+        others = os.sched_getaffinity(0) - {int(c) for c in args.node_cpus.split(",")}
+        if others:
+            os.sched_setaffinity(0, others)
     report = {
         "command": " ".join([Path(sys.executable).name] + sys.argv),
         "machine": {"node": platform.node(), "cpu": platform.processor() or platform.machine(),
                     "cores": os.cpu_count(), "python": platform.python_version(),
                     "loadavg_start": os.getloadavg()},
         "robot": args.robot, "params": str(args.params), "formulation_override": args.formulation,
-        "rate_hz": args.rate, "monitor_rate_hz": args.monitor_rate or args.rate,
+        "rate_hz": args.rate, "monitor_rate_hz": args.monitor_rate or args.rate, "node_cpus": args.node_cpus,
         "duration_s": args.duration, "warmup_s": args.warmup, "rounds": args.rounds,
         "results": [],
     }

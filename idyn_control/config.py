@@ -127,6 +127,10 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "modes), as ros2_control's thread_priority (same default); 0 = normal scheduling; needs "
               "CAP_SYS_NICE or an rtprio limit, else a warning and normal scheduling", (0, 99),
               read_only=True),
+    ParamSpec("cpu_affinity", [], INT_ARRAY,
+              "CPUs the node's threads may run on (all of them: executor, loop, middleware), as "
+              "ros2_control's cpu_affinity; empty = any (a robot computer keeps cores for its "
+              "controllers; bench/ros_loop.py --node-cpus measures it)", (0, 1023), read_only=True),
     ParamSpec("autostart", True, BOOL, "configure and activate at start-up (no lifecycle manager needed)",
               read_only=True),
     ParamSpec("command_topic", "/effort_controller/commands", STRING,

@@ -78,7 +78,7 @@ def test_parameter_table_is_consistent():
     for p in config.PARAMETERS:
         assert config.check_value(p, p.default) is None, p.name
         assert p.description and p.type in (config.BOOL, config.INT, config.DOUBLE, config.STRING,
-                                             config.DOUBLE_ARRAY, config.STRING_ARRAY)
+                                             config.DOUBLE_ARRAY, config.STRING_ARRAY, config.INT_ARRAY)
     # structural parameters are read-only, gains are not
     for name in ("robot", "urdf_path", "robot_description", "formulation", "joints", "contacts.frames",
                  "command_joints", "update_rate", "loop_mode"):

@@ -602,3 +602,28 @@ def TransitionCallbackReturnSuccess():
     from rclpy.lifecycle import TransitionCallbackReturn
 
     return TransitionCallbackReturn.SUCCESS
+
+
+def test_cpu_affinity_pins_every_thread_of_the_node():
+    """cpu_affinity restricts all threads (executor, middleware) to the given CPUs."""
+    before = os.sched_getaffinity(0)
+    cpu = min(before)
+    node, context = _in_process_node({"robot": "solo12", "autostart": False, "cpu_affinity": [cpu],
+                                      "command_topic": "/idyn_inproc/commands"})
+    try:
+        node._pin_cpus()
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+        assert len(tids) > 1  # the middleware's threads exist already
+        for tid in tids:
+            try:
+                assert os.sched_getaffinity(tid) == {cpu}, tid
+            except ProcessLookupError:
+                pass
+    finally:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(tid), before)
+            except ProcessLookupError:
+                pass
+        node.destroy_node()
+        rclpy.shutdown(context=context)

@@ -159,6 +159,7 @@ class ControllerNode(LifecycleNode):
         self.autostart: bool = parameters.value(self, config.SPEC["autostart"])
         self.loop_mode: str = parameters.value(self, config.SPEC["loop_mode"])
         self.loop_priority: int = parameters.value(self, config.SPEC["loop_priority"])
+        self.cpu_affinity: list[int] = list(parameters.value(self, config.SPEC["cpu_affinity"]))
         self._lock = threading.Lock()
         self._node_params: dict[str, float] = {
             n: parameters.value(self, config.SPEC[n])
@@ -406,6 +407,7 @@ class ControllerNode(LifecycleNode):
         self._loop_running = True
         self._last_scheduled = time.monotonic()
         gc.disable()  # collected by the loop when a tick leaves slack
+        self._pin_cpus()
         if self.loop_mode == "thread":
             self._loop_thread = threading.Thread(target=self._run_thread, name="idyn_loop", daemon=True)
             self._loop_thread.start()
@@ -431,6 +433,23 @@ class ControllerNode(LifecycleNode):
                 self.destroy_timer(timer)
         self._timer = self._watchdog_timer = None
         gc.enable()
+
+    def _pin_cpus(self) -> None:
+        """Restrict every thread of the process to ``cpu_affinity`` (threads made later inherit it)."""
+        if not self.cpu_affinity:
+            return
+        cpus = set(self.cpu_affinity)
+        try:
+            available = os.sched_getaffinity(0)
+            if not cpus <= available:
+                raise OSError(f"CPUs {sorted(cpus - available)} not available (have {sorted(available)})")
+            for tid in os.listdir("/proc/self/task"):  # sched_setaffinity acts on one thread
+                try:
+                    os.sched_setaffinity(int(tid), cpus)
+                except ProcessLookupError:  # the thread ended meanwhile
+                    pass
+        except (OSError, AttributeError) as exc:
+            self.get_logger().warning(f"cpu_affinity {sorted(cpus)} not applied ({exc}); running on any CPU")
 
     def _set_priority(self) -> None:
         """Timer slack 1 ns, and SCHED_FIFO when ``loop_priority`` > 0, for the calling thread."""
