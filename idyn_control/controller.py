@@ -104,7 +104,7 @@ class Controller:
         self.config = config or ControllerConfig()
         self.config.validate()
         c = self.config
-        self.formulation = formulations.make(c.formulation, model, dt=c.dt, **c.formulation_options)
+        formulation = formulations.make(c.formulation, model, dt=c.dt, **c.formulation_options)
         nv, na, k = model.nv, model.na, len(model.contacts)
         self.tau_limit = model.tau_max * c.effort_limit_scale
         self.joint_kp = np.broadcast_to(np.asarray(c.joint_kp, dtype=float), (na,)).copy()
@@ -129,9 +129,21 @@ class Controller:
         self._J6 = np.zeros((6, nv))
         self.counters = {"fallback": 0, "saturated_ticks": 0, "nonfinite_solution": 0, "failed_solve": 0}
         self.last_source = "none"
+        self._native_layer = None
+        self.formulation = formulation  # after the buffers: binds the compiled kinematic layer
+
+    @property
+    def formulation(self):
+        """The inverse-dynamics formulation; assigning one (e.g. rebuilt with new options)
+        rebinds the compiled kinematic layer to it."""
+        return self._formulation
+
+    @formulation.setter
+    def formulation(self, formulation) -> None:
+        self._formulation = formulation
         # the kinematic layer runs compiled when the formulation does (same equations)
         self._native_layer = None
-        engine = getattr(self.formulation, "_engine", None)
+        engine = getattr(formulation, "_engine", None)
         if engine is not None:
             from .native import KinematicLayer
 
@@ -204,7 +216,7 @@ class Controller:
         m, c = self.model, self.config
         f = self.formulation
         layer = self._native_layer
-        if layer is not None and q is f.terms.q and v is f.terms.v and layer.valid():
+        if layer is not None and layer.engine is f._engine and q is f.terms.q and v is f.terms.v and layer.valid():
             return layer.compute(contact_mask)
         nv, nb, na = m.nv, m.n_base, m.na
         joints = m.joint_q_index

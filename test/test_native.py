@@ -167,3 +167,27 @@ def test_kinematic_layer_matches_python(robot, load_robot):
             f.prepare(q, v, ())
             results.append(c.desired_acceleration(f.terms.q, f.terms.v, mask).copy())
         assert relative_error(results[0], results[1]) <= 1e-9
+
+
+def test_kinematic_layer_follows_a_swapped_formulation(load_robot):
+    """The node rebuilds the formulation on option changes (ctrl.formulation = new): the
+    compiled kinematic layer must read the new one's state, not the old engine's."""
+    from idyn_control.controller import Controller, ControllerConfig
+
+    model = load_robot("solo12")
+    ctrl = Controller(model, ControllerConfig(formulation="qp_coulomb"))
+    ref = Controller(model, ControllerConfig(formulation="qp_coulomb", formulation_options={"backend": "python"}))
+    old_engine = ctrl.formulation._engine
+    ctrl.formulation = formulations.make("qp_coulomb", model, eps_abs=1e-7)
+    assert ctrl._native_layer is not None and ctrl._native_layer.engine is ctrl.formulation._engine
+    assert ctrl._native_layer.engine is not old_engine
+    rng = np.random.default_rng(2)
+    mask = np.ones(len(model.contacts), dtype=bool)
+    for _ in range(3):
+        q, v, _ = random_state(model, rng)
+        out = []
+        for c in (ctrl, ref):
+            c.q_ref[:] = 0.1
+            c.formulation.prepare(q, v, model.contact_frames)
+            out.append(c.desired_acceleration(c.formulation.terms.q, c.formulation.terms.v, mask).copy())
+        assert relative_error(out[0], out[1]) <= 1e-9
