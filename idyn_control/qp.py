@@ -103,17 +103,24 @@ class QpSolver:
         self._z = np.zeros(n_in)
         self._qp = None
         if solver == "proxqp" and n > 0:
-            # primal-dual LDLᵀ: fewer iterations than primal LDLᵀ on our sequences
-            self._qp = proxsuite.proxqp.dense.QP(n, n_eq, n_in, False, proxsuite.proxqp.dense.HessianType.Dense,
-                                                 proxsuite.proxqp.dense.DenseBackend.PrimalDualLDLT)
-            s = self._qp.settings
-            s.eps_abs = eps_abs
-            s.eps_rel = 1e-10  # large forces [N]: absolute accuracy alone is below round-off
-            s.max_iter = max_iter
-            s.max_iter_in = 20  # bounds the inner loop too: a tick must end
-            s.verbose = False
-            s.initial_guess = (proxsuite.proxqp.InitialGuess.WARM_START_WITH_PREVIOUS_RESULT if warm_start
-                               else proxsuite.proxqp.InitialGuess.NO_INITIAL_GUESS)
+            self._qp = self._new_proxqp()
+
+    def _new_proxqp(self):
+        """A fresh ProxQP object: built once, and again for a cold retry (``init`` on a used
+        object keeps its adapted proximal parameters and last result, which after a failed
+        solve mislead the retry as much as the warm start did)."""
+        # primal-dual LDLᵀ: fewer iterations than primal LDLᵀ on our sequences
+        qp = proxsuite.proxqp.dense.QP(self.n, self.n_eq, self.n_in, False, proxsuite.proxqp.dense.HessianType.Dense,
+                                       proxsuite.proxqp.dense.DenseBackend.PrimalDualLDLT)
+        s = qp.settings
+        s.eps_abs = self.eps_abs
+        s.eps_rel = 1e-10  # large forces [N]: absolute accuracy alone is below round-off
+        s.max_iter = self.max_iter
+        s.max_iter_in = 20  # bounds the inner loop too: a tick must end
+        s.verbose = False
+        s.initial_guess = (proxsuite.proxqp.InitialGuess.WARM_START_WITH_PREVIOUS_RESULT if self.warm_start
+                           else proxsuite.proxqp.InitialGuess.NO_INITIAL_GUESS)
+        return qp
 
     def reset(self) -> None:
         """Forget the previous result: the next solve starts cold and re-initializes."""
@@ -131,7 +138,9 @@ class QpSolver:
         elif self.solver == "proxqp":
             status, iters = self._solve_proxqp(x0)
             if status != SOLVED and self.warm_start:
-                # a warm start from a bad previous tick can mislead ProxQP: retry cold
+                # a warm start from a bad previous tick can mislead ProxQP: retry cold,
+                # on a fresh object (allocates, but only on a failed tick)
+                self._qp = self._new_proxqp()
                 self._initialized = False
                 status, more = self._solve_proxqp(None)
                 iters += more

@@ -138,8 +138,11 @@ class _QpContact(Formulation):
             Z = sol[:, :3 * k]                                # q̈_b = Z f + p
             p = -sol[:, 3 * k]
             N = np.einsum("ij,ijk->ik", cs.basis[:, 2], cs.J)  # (k, nv) normal rows
-            if self.options["stage2"] and self.options["fast_path"] and self._at_unconstrained_optimum(Jb, N, -sol[:, 3 * k + 1]):
-                return self._finish(SOLVED, self.stage2_outcome)
+            if self.options["stage2"] and self.options["fast_path"]:
+                self.stage2_outcome = (0, 0.0)
+                if self._at_unconstrained_optimum(Jb, N, -sol[:, 3 * k + 1]):
+                    return self._finish(SOLVED, self.stage2_outcome)
+                iterations, solve_time = self.stage2_outcome  # the attempt's work counts too
             # Stage I: ½ v⁺ᵀ M v⁺ as a function of f, scaled by 1/Δt²
             s1 = self.stage1
             np.matmul(Jb, Z, out=s1.H)

@@ -42,18 +42,26 @@ struct Qp {
   MatrixXd H, A, C;
   VectorXd g, b, l, u, x, y, z;
   bool warm_start, initialized = false;
+  double eps_abs;
+  int max_iter;
   std::optional<pq::dense::QP<double>> holder;  // none for an empty problem (n = 0)
   pq::dense::QP<double>* qp_ = nullptr;
   int iterations = 0;
   double solve_time = 0.0;
 
-  Qp(int n_, int n_eq_, int n_in_, bool warm, double eps_abs, int max_iter)
+  Qp(int n_, int n_eq_, int n_in_, bool warm, double eps_abs_, int max_iter_)
       : n(n_), n_eq(n_eq_), n_in(n_in_), H(MatrixXd::Zero(n_, n_)), A(MatrixXd::Zero(n_eq_, n_)),
         C(MatrixXd::Zero(n_in_, n_)), g(VectorXd::Zero(n_)), b(VectorXd::Zero(n_eq_)),
         l(VectorXd::Constant(n_in_, -INF)), u(VectorXd::Constant(n_in_, INF)), x(VectorXd::Zero(n_)),
-        y(VectorXd::Zero(n_eq_)), z(VectorXd::Zero(n_in_)), warm_start(warm) {
+        y(VectorXd::Zero(n_eq_)), z(VectorXd::Zero(n_in_)), warm_start(warm), eps_abs(eps_abs_), max_iter(max_iter_) {
+    make();
+  }
+
+  // A fresh ProxQP object: at construction, and for a cold retry (init on a used object
+  // keeps its adapted proximal parameters and last result, which mislead the retry).
+  void make() {
     if (n == 0) return;
-    holder.emplace(n_, n_eq_, n_in_, false, pq::HessianType::Dense, pq::DenseBackend::PrimalDualLDLT);
+    holder.emplace(n, n_eq, n_in, false, pq::HessianType::Dense, pq::DenseBackend::PrimalDualLDLT);
     qp_ = &*holder;
     auto& s = qp_->settings;
     s.eps_abs = eps_abs;
@@ -61,8 +69,9 @@ struct Qp {
     s.max_iter = max_iter;
     s.max_iter_in = 20;
     s.verbose = false;
-    s.initial_guess = warm ? pq::InitialGuessStatus::WARM_START_WITH_PREVIOUS_RESULT
-                           : pq::InitialGuessStatus::NO_INITIAL_GUESS;
+    s.initial_guess = warm_start ? pq::InitialGuessStatus::WARM_START_WITH_PREVIOUS_RESULT
+                                 : pq::InitialGuessStatus::NO_INITIAL_GUESS;
+    initialized = false;
   }
 
   int attempt(const VectorXd* x0) {
@@ -111,7 +120,7 @@ struct Qp {
     iterations = 0;
     int status = n == 0 ? SOLVED : attempt(x0);
     if (status != SOLVED && warm_start && n > 0) {
-      initialized = false;  // a warm start from a bad previous tick can mislead ProxQP
+      make();  // a warm start from a bad previous tick can mislead ProxQP: retry cold, fresh
       status = attempt(nullptr);
     }
     solve_time = now_s() - t0;
