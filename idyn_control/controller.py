@@ -218,7 +218,7 @@ class Controller:
         layer = self._native_layer
         if layer is not None and layer.engine is f._engine and q is f.terms.q and v is f.terms.v and layer.valid():
             return layer.compute(contact_mask)
-        nv, nb, na = m.nv, m.n_base, m.na
+        nv, nb = m.nv, m.n_base
         joints = m.joint_q_index
         qdd = self.qdd_des
         a_joint = self.a_ref + self.joint_kp * (self.q_ref - q[joints]) + self.joint_kd * (self.v_ref - v[nb:])
