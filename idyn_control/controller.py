@@ -216,7 +216,7 @@ class Controller:
         m, c = self.model, self.config
         f = self.formulation
         layer = self._native_layer
-        if layer is not None and layer.engine is f._engine and q is f.terms.q and v is f.terms.v and layer.valid():
+        if layer is not None and q is f.terms.q and v is f.terms.v and layer.valid():
             return layer.compute(contact_mask)
         nv, nb = m.nv, m.n_base
         joints = m.joint_q_index

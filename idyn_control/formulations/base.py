@@ -220,12 +220,13 @@ class Formulation(ABC):
         """
 
     # ------------------------------------------------------------------ shared helpers
-    def _native_backend(self, make: Callable[[Any], Any], unsupported: str | None = None) -> Any:
+    def _native_backend(self, solver_class: Callable[[Any, "Formulation"], Any]) -> Any:
         """Set up the compiled tick as option ``backend`` asks; returns its solver or None.
 
-        ``make(engine)`` builds the formulation's native solver; ``unsupported`` says why
-        the current options have no native version. ``"auto"`` falls back to Python and
-        records the reason in ``native_unavailable``; ``"native"`` raises it.
+        ``solver_class(engine, self)`` builds the formulation's native solver (one of
+        :mod:`idyn_control.native`'s). Only ProxQP runs natively: another ``solver`` has no
+        native version. ``"auto"`` falls back to Python and records the reason in
+        ``native_unavailable``; ``"native"`` raises it.
         """
         backend = self.options["backend"]
         if backend not in BACKENDS:
@@ -234,11 +235,12 @@ class Formulation(ABC):
             return None
         from .. import native
 
+        solver_option = self.options.get("solver", "proxqp")
         try:
-            if unsupported:
-                raise native.NativeUnavailable(unsupported)
+            if solver_option != "proxqp":
+                raise native.NativeUnavailable(f"solver {solver_option!r}: only proxqp runs natively")
             engine = native.Engine(self.model, self.terms, self.contacts)
-            solver = make(engine)
+            solver = solver_class(engine, self)
         except native.NativeUnavailable as err:
             if backend == "native":
                 raise ConfigError("backend", backend, str(err)) from None

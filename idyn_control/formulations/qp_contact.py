@@ -34,7 +34,7 @@ from scipy.linalg import lapack
 
 from ..contacts import PYRAMID_ROWS
 from ..errors import ConfigError
-from ..native import STATUS
+from .. import native
 from ..qp import INF, SOLVED, QpOutcome, QpSolver
 from .base import Formulation
 
@@ -82,11 +82,7 @@ class _QpContact(Formulation):
         self._f = np.zeros(n)
         self._friction_version = -1  # contact-set version the friction blocks were built for
         self._rhs = np.zeros((nb, n + 2))
-        from .. import native
-
-        self._native = self._native_backend(
-            lambda engine: native.QpContact(engine, self),
-            None if o["solver"] == "proxqp" else f"solver {o['solver']!r}: only proxqp runs natively")
+        self._native = self._native_backend(native.QpContact)
 
     def reset(self):
         self.stage1.reset()
@@ -112,7 +108,7 @@ class _QpContact(Formulation):
             info = self._native.info
             self.fast_path_ticks, self.stage2_failures = int(info[2]), int(info[3])
             self.stage2_limited = bool(info[4])
-            return STATUS[status], iterations, solve_time
+            return native.STATUS[status], iterations, solve_time
         m, cs, dt = self.model, self.contacts, self.dt
         M, h = self.terms.M, self.terms.h
         nb, k = m.n_base, cs.size

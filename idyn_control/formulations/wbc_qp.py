@@ -28,7 +28,7 @@ import pinocchio as pin
 
 from ..contacts import PYRAMID_ROWS
 from ..errors import ConfigError, UnknownNameError
-from ..native import STATUS
+from .. import native
 from ..qp import QpSolver
 from .base import Formulation
 
@@ -99,11 +99,7 @@ class WbcQp(Formulation):
         self._zero = np.zeros(nv)
         self._mass = pin.computeTotalMass(model.pin_model)
         self._task_list: tuple[Task, ...] = ()
-        from .. import native
-
-        self._native = self._native_backend(
-            lambda engine: native.Wbc(engine, self),
-            None if o["solver"] == "proxqp" else f"solver {o['solver']!r}: only proxqp runs natively")
+        self._native = self._native_backend(native.Wbc)
 
     # ------------------------------------------------------------------ tasks
     def add_com_task(self, weight: float, name: str = "com") -> Task:
@@ -190,7 +186,7 @@ class WbcQp(Formulation):
     def _compute(self):
         if self._native is not None:
             status, iterations, solve_time = self._native.solve(self._task_list)
-            return STATUS[status], iterations, solve_time
+            return native.STATUS[status], iterations, solve_time
         m, cs, qp = self.model, self.contacts, self.qp
         M, h, v = self.terms.M, self.terms.h, self.terms.v
         nv, nb, k = m.nv, m.n_base, cs.size

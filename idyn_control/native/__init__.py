@@ -111,13 +111,26 @@ def _placement12(M) -> np.ndarray:
     return np.concatenate((np.asarray(M.rotation).reshape(-1), np.asarray(M.translation)))
 
 
-class Engine:
+class _Owner:
+    """Owns one C++ object (``handle``), freed by the library function ``_free`` when collected."""
+
+    _free: str
+
+    def __del__(self):
+        handle, self.handle = getattr(self, "handle", None), None
+        if handle:
+            getattr(self.lib, self._free)(handle)
+
+
+class Engine(_Owner):
     """The Pinocchio pass in C++, writing into a formulation's ``terms`` and ``contacts``.
 
     After :meth:`update` (state in ``terms.q``, ``terms.v``): ``terms.M``, ``terms.h``,
     ``contacts.J``, ``drift``, ``position`` and ``rotation`` hold what the Python pass
     computes; ``terms.data`` is not refreshed.
     """
+
+    _free = "idyn_engine_free"
 
     def __init__(self, model, terms, contacts):
         self.lib = load()
@@ -163,11 +176,6 @@ class Engine:
     def update(self) -> None:
         self._update(self.handle)
 
-    def __del__(self):
-        handle, self.handle = getattr(self, "handle", None), None
-        if handle:
-            self.lib.idyn_engine_free(handle)
-
     def _self_check(self, model) -> None:
         """Compare with Python Pinocchio at a random state: a mistranslated model never runs."""
         from ..contacts import ContactSet
@@ -210,8 +218,10 @@ class _TauMax:
         return self.addr
 
 
-class Wbc:
+class Wbc(_Owner):
     """``wbc_qp`` in C++ (solvers.cpp ``wbc_solve``)."""
+
+    _free = "idyn_wbc_free"
 
     def __init__(self, engine: Engine, formulation):
         self.lib, self.engine, self.f = engine.lib, engine, formulation
@@ -251,14 +261,11 @@ class Wbc:
     def reset(self) -> None:
         self.lib.idyn_wbc_reset(self.handle)
 
-    def __del__(self):
-        handle, self.handle = getattr(self, "handle", None), None
-        if handle:
-            self.lib.idyn_wbc_free(handle)
 
-
-class QpContact:
+class QpContact(_Owner):
     """``qp_coulomb`` / ``qp_noslip`` in C++ (solvers.cpp ``qpc_solve``)."""
+
+    _free = "idyn_qpc_free"
 
     def __init__(self, engine: Engine, formulation):
         self.lib, self.engine, self.f = engine.lib, engine, formulation
@@ -285,11 +292,6 @@ class QpContact:
 
     def reset(self) -> None:
         self.lib.idyn_qpc_reset(self.handle)
-
-    def __del__(self):
-        handle, self.handle = getattr(self, "handle", None), None
-        if handle:
-            self.lib.idyn_qpc_free(handle)
 
 
 #: Controller reference arrays the kinematic layer reads, in engine.cpp's order

@@ -79,7 +79,6 @@ import ctypes
 import gc
 import inspect
 import os
-import signal
 import threading
 import time
 from typing import Any, Callable
@@ -94,7 +93,6 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import serialize_message
-from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 from trajectory_msgs.msg import JointTrajectory
@@ -102,7 +100,7 @@ from trajectory_msgs.msg import JointTrajectory
 from .. import config, formulations
 from ..controller import Controller, ControllerConfig
 from ..errors import ConfigError, IdynError
-from . import parameters
+from . import parameters, signals
 from .conversions import (JointStateReader, JointTrajectoryReference, OdometryReader, as_array,
                           quaternion_to_matrix, stamp_ns)
 from .loop_stats import LoopStats
@@ -1043,10 +1041,6 @@ def with_message_info(callback: Callable[[Any, dict], None]) -> Callable[..., No
     return subscription_callback
 
 
-def _raise_keyboard_interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
-
-
 def main(args=None) -> None:
     """Entry point of ``ros2 run idyn_control idyn_controller``."""
     run(ControllerNode, args)
@@ -1059,10 +1053,7 @@ def run(node_class, args=None) -> None:
     last safe command on Ctrl-C / SIGTERM before the context shuts down.
     """
     set_timer_slack()  # before rclpy.init: the middleware's threads inherit it
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    # like rclpy's own handlers, also when the parent ignores SIGINT (background jobs)
-    signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    signals.init(args)
     node = None
     try:
         node = node_class()

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import array
 import math
-import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -53,7 +52,6 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from rclpy.signals import SignalHandlerOptions
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
@@ -63,6 +61,7 @@ from ..errors import IdynError
 from ..gait import crouched_configuration
 from ..sim.lockstep import ARM_READY, CONTACT_THRESHOLD_N
 from ..sim.mujoco_model import build_mujoco
+from . import signals
 
 NODE_NAME = "idyn_sim"
 #: message type of the contact estimates (the controller's ~/contact_states)
@@ -415,15 +414,9 @@ def _root_link(model) -> str:
     return "base_link"
 
 
-def _raise_keyboard_interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
-
-
 def main(args=None) -> None:
     """Entry point of ``ros2 run idyn_control idyn_sim``."""
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    signal.signal(signal.SIGINT, _raise_keyboard_interrupt)
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    signals.init(args)
     node = None
     try:
         node = SimBridgeNode()
