@@ -2,7 +2,7 @@
 
     /work/venv/bin/python bench/ros_loop.py 60 --rounds 3 --json results/ros_loop.json
 
-For each ``loop_mode`` (deadline, thread, events, timer, triggered) it starts the node in its own
+For each ``loop_mode`` (native, triggered, deadline, thread, events, timer) it starts the node in its own
 process (``python -m idyn_control.ros.controller_node`` with a robot YAML) and, in this
 process, a 1 kHz publisher of /joint_states, /odom and ~/contact_states (Solo12 standing)
 plus subscribers, all in one thread (publishing from the spin loop: no GIL hand-offs
@@ -44,6 +44,8 @@ The first ``--warmup`` seconds of every run are discarded. ``--rounds R`` interl
 designs in R rounds so that load drift on a shared machine hits all of them alike.
 ``<mode>@<prio>`` runs a design with ``loop_priority`` (SCHED_FIFO), as on a robot (and as
 the YAMLs' default, 50); a plain ``<mode>`` runs with ``loop_priority`` 0 (normal scheduling).
+``+name=value`` suffixes set more node parameters for that run (``native@50+loop_spin_us=300``,
+``native@50+middleware_priority=0``).
 Numbers depend on the machine and its load: the JSON names the machine and records the
 load average and the time of ``Controller.update`` alone before each round.
 """
@@ -64,7 +66,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = ("deadline", "thread", "events", "timer", "triggered")  # "<mode>@<prio>" adds SCHED_FIFO priority
+MODES = ("native", "triggered", "deadline", "thread", "events", "timer")  # "<mode>@<prio>" adds SCHED_FIFO priority
 
 
 def percentiles(x, ps=(50, 99, 99.9)):
@@ -195,17 +197,20 @@ def run_mode(mode: str, args, env, seconds: float) -> dict:
     from rclpy.experimental import EventsExecutor
 
     core_ref = core_compute_reference(args.params, args.formulation)
-    loop_mode, _, priority = mode.partition("@")  # "thread@80": SCHED_FIFO priority 80
+    design, *overrides = mode.split("+")  # "native@50+loop_spin_us=300": parameter overrides
+    loop_mode, _, priority = design.partition("@")  # "thread@80": SCHED_FIFO priority 80
     cmd = [sys.executable, "-m", "idyn_control.ros.controller_node", "--ros-args",
            "--params-file", str(args.params), "-p", f"loop_mode:={loop_mode}",
            "-p", f"loop_priority:={int(priority or 0)}",
+           *(x for o in overrides for x in ("-p", o.replace("=", ":=", 1))),
            "-p", f"monitor_rate_hz:={args.monitor_rate or args.rate}", "-p", "diagnostics_rate_hz:=2.0",
            "-p", f"update_rate:={args.rate}"]
     if args.formulation:
         cmd += ["-p", f"formulation:={args.formulation}"]
     if args.node_cpus:
         cmd += ["-p", f"cpu_affinity:=[{args.node_cpus}]"]
-    log = open(Path(args.json).with_suffix(f".{mode.replace('@', '_fifo')}.log"), "w")
+    tag = mode.replace("@", "_fifo").replace("+", "_").replace("=", "")
+    log = open(Path(args.json).with_suffix(f".{tag}.log"), "w")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=int(env["ROS_DOMAIN_ID"]))
@@ -282,6 +287,8 @@ def run_mode(mode: str, args, env, seconds: float) -> dict:
         "start_late_p99_us": num(diag_end, "start_late_p99_us"),
         "watchdog_trips": num(diag_end, "watchdog_trips"),
         "last_source": diag_end.get("last_source"),
+        "native_loop_compiled_ticks": num(diag_end, "native_loop.compiled_ticks"),
+        "native_loop_python_ticks": num(diag_end, "native_loop.python_ticks"),
         "loadavg_1min": os.getloadavg()[0],
         "core_update_us": core_ref,
     }
@@ -341,6 +348,8 @@ def summarize(mode: str, rounds: list[dict], rate: float) -> dict:
             "compute_max_us": max(r["compute_max_us"] for r in rounds),
             "start_late_p99_us_max_over_rounds": max(r["start_late_p99_us"] for r in rounds),
             "watchdog_trips": sum(r["watchdog_trips"] for r in rounds),
+            "native_loop_compiled_ticks": rounds[-1]["native_loop_compiled_ticks"],
+            "native_loop_python_ticks": rounds[-1]["native_loop_python_ticks"],
             "last_source": rounds[-1]["last_source"],
         },
     }

@@ -37,7 +37,7 @@ NODE_NAME = "idyn_controller"
 BOOL, INT, DOUBLE, STRING = "bool", "integer", "double", "string"
 DOUBLE_ARRAY, STRING_ARRAY, INT_ARRAY, BOOL_ARRAY = "double_array", "string_array", "integer_array", "bool_array"
 
-LOOP_MODES = ("deadline", "thread", "events", "timer", "triggered")
+LOOP_MODES = ("deadline", "thread", "events", "timer", "triggered", "native")
 FLOATING_BASE = ("auto", "floating", "fixed")
 TWIST_FRAMES = ("child", "parent")
 FORMULATION_OPTIONS = "formulation_options."
@@ -114,19 +114,32 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "Formulations); its options are formulation_options.<key>", read_only=True),
     ParamSpec("update_rate", 1000.0, DOUBLE, "control loop rate [Hz]; the formulation's dt is 1/rate",
               (10.0, 10000.0), read_only=True),
-    ParamSpec("loop_mode", "triggered", STRING,
-              "loop design: triggered = one tick per /joint_states message, run as soon as it "
-              "arrives (the state publisher's clock drives the loop, like ros2_control's read → "
-              "update → write; lowest input → command latency); deadline = one thread serving "
-              "callbacks until each absolute deadline, then the tick; thread = a loop thread "
-              "sleeping to absolute deadlines beside the executor thread; events/timer = rclpy "
-              "timer on the EventsExecutor/SingleThreadedExecutor",
+    ParamSpec("loop_mode", "native", STRING,
+              "loop design: native = one tick per /joint_states message on a compiled loop thread "
+              "(the routine tick runs without Python, anything else falls back to the triggered "
+              "tick on that thread; needs idyn-control build-native with ROS 2, else triggered with "
+              "a warning; lowest input → command latency); triggered = the same in the executor's "
+              "/joint_states callback, in Python (the state publisher's clock drives the loop, like "
+              "ros2_control's read → update → write); deadline = one thread serving callbacks until "
+              "each absolute deadline, then the tick; thread = a loop thread sleeping to absolute "
+              "deadlines beside the executor thread; events/timer = rclpy timer on the "
+              "EventsExecutor/SingleThreadedExecutor",
               read_only=True, choices=LOOP_MODES),
     ParamSpec("loop_priority", 50, INT,
-              "SCHED_FIFO priority of the loop thread (thread mode) or of the executor thread (other "
-              "modes), as ros2_control's thread_priority (same default); 0 = normal scheduling; needs "
-              "CAP_SYS_NICE or an rtprio limit, else a warning and normal scheduling", (0, 99),
-              read_only=True),
+              "SCHED_FIFO priority of the loop thread (native and thread modes) or of the executor "
+              "thread (other modes), as ros2_control's thread_priority (same default); 0 = normal "
+              "scheduling; needs CAP_SYS_NICE or an rtprio limit, else a warning and normal scheduling",
+              (0, 99), read_only=True),
+    ParamSpec("middleware_priority", 49, INT,
+              "SCHED_FIFO priority given to the middleware's threads (the DDS receive threads that "
+              "deliver /joint_states to the loop) when the loop starts; keeps a busy machine from "
+              "delaying an input before the loop sees it; 0 = leave them as they are",
+              (0, 99), read_only=True),
+    ParamSpec("loop_spin_us", 0.0, DOUBLE,
+              "native mode: poll for the next /joint_states from this long before it is due (the "
+              "last one + 1/update_rate) to this long after, instead of sleeping [µs]: the loop is "
+              "running and its core warm when the input arrives, at the cost of about 2x this per "
+              "period of CPU time; 0 = always sleep", (0.0, 100000.0), read_only=True),
     ParamSpec("cpu_affinity", [], INT_ARRAY,
               "CPUs the node's threads may run on (all of them: executor, loop, middleware), as "
               "ros2_control's cpu_affinity; empty = any (a robot computer keeps cores for its "

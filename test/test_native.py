@@ -130,6 +130,35 @@ def test_native_backend_refuses_what_it_cannot_run(load_robot):
         f.set_option("backend", "python")
 
 
+@pytest.mark.parametrize("robot", ["panda", "ur5"])
+def test_rnea_on_a_fixed_base_matches_pinocchio(robot, load_robot, rng):
+    """rnea runs on the compiled engine for a fixed base: τ = M q̈ + h == pinocchio.rnea."""
+    import pinocchio as pin
+
+    model = load_robot(robot)
+    fast = formulations.make("rnea", model)
+    ref = formulations.make("rnea", model, backend="python")
+    assert fast.backend == "native" and ref.backend == "python"
+    data = model.pin_model.createData()
+    for _ in range(20):
+        q = model.random_configuration(rng)
+        v, a = rng.standard_normal(model.nv), rng.standard_normal(model.nv)
+        expected = pin.rnea(model.pin_model, data, q, v, a)
+        r_fast, r_ref = fast.solve(q, v, a), ref.solve(q, v, a)
+        assert r_fast.ok and r_ref.ok
+        scale = max(1.0, float(np.abs(expected).max()))
+        np.testing.assert_allclose(r_fast.tau, expected, atol=1e-10 * scale)
+        np.testing.assert_allclose(r_ref.tau, expected, atol=1e-10 * scale)
+
+
+def test_rnea_with_a_floating_base_stays_in_python(load_robot):
+    model = load_robot("solo12")
+    auto = formulations.make("rnea", model)
+    assert auto.backend == "python" and "fixed base" in auto.native_unavailable
+    with pytest.raises(ConfigError, match="fixed base"):
+        formulations.make("rnea", model, backend="native")
+
+
 def test_lemke_stage1_falls_back_to_python_at_run_time(load_robot):
     """stage1_solver is read every tick: switching to Lemke runs the Python path, correctly."""
     model = load_robot("solo12")

@@ -43,7 +43,8 @@ DOMAIN_ID = random.Random(os.getpid() ^ time.time_ns()).randint(1, 200)
 EFFORT_LIMIT = 2.7  # Solo12 [N·m] (robots.py)
 COMMAND_TOPIC = "/effort_controller/commands"
 FEED_HZ = 1000.0    # joint states at the loop rate, like joint_state_broadcaster under a 1 kHz
-                    # controller_manager: the default loop (triggered) ticks once per message
+                    # controller_manager: the default loops (native, triggered) tick once per message
+LOOP_MODES = ("native", "triggered")  # the compiled loop (the default) and its Python twin
 
 
 def command_topic(name: str) -> str:
@@ -197,19 +198,29 @@ class Harness:
         rclpy.shutdown(context=self.context)
 
 
-@pytest.fixture(scope="module")
-def running():
-    """A node started with autostart (the YAML) and a harness feeding it."""
+@pytest.fixture(scope="module", params=LOOP_MODES)
+def running(request):
+    """A node started with autostart (the YAML, in each loop mode) and a harness feeding it."""
+    if request.param == "native":
+        from idyn_control.native import NativeUnavailable, rt
+
+        try:
+            rt.load_rt()
+        except NativeUnavailable as err:  # CI requires it (IDYN_REQUIRE_NATIVE)
+            if os.environ.get("IDYN_REQUIRE_NATIVE"):
+                raise RuntimeError(f"IDYN_REQUIRE_NATIVE is set but the compiled loop is unavailable: {err}")
+            pytest.skip(f"compiled loop not built: {err}")
     order = list(reversed(robots.load("solo12").joint_names))  # not the model order, on purpose
     # SCHED_FIFO as on a robot (ros2_control's thread_priority): this shared 2-core VM often
     # runs other people's CPU-bound jobs, which would otherwise decide the command rate
     proc = start_node("-p", "command_joints:=[" + ",".join(order) + "]", "-p", "monitor_rate_hz:=100.0",
-                      "-p", "loop_priority:=50")
+                      "-p", "loop_priority:=50", "-p", f"loop_mode:={request.param}")
     harness = Harness()
     try:
         harness.spin_until(lambda: len(harness.commands) > 50 or proc.poll() is not None, 60.0, "first commands")
         assert proc.poll() is None, stop_node(proc)
         harness.command_order = order
+        harness.loop_mode = request.param
         yield harness, proc
     finally:
         harness.close()
@@ -230,8 +241,18 @@ def test_commands_stream_at_rate_finite_within_limits_in_controller_order(runnin
     assert np.isfinite(cmds).all()
     assert np.abs(cmds).max() <= EFFORT_LIMIT + 1e-9
     # the formulation commands (the safe output only during watchdog blips of a loaded machine)
+    ticks = h.diag("ticks") - float(before["ticks"])
     formulation_ticks = h.diag("source.formulation") - float(before["source.formulation"])
-    assert formulation_ticks > 0.8 * (h.diag("ticks") - float(before["ticks"]))
+    assert formulation_ticks > 0.8 * ticks
+    if h.loop_mode == "native":  # ... from the compiled loop, not a Python tick
+        compiled = h.diag("native_loop.compiled_ticks") - float(before["native_loop.compiled_ticks"])
+        assert compiled > 0.8 * ticks, (compiled, ticks)
+    else:
+        assert "native_loop.compiled_ticks" not in h.diagnostics
+    # the command is the controller's: the Python tick in this process, on the same state
+    # (the reference is the first measured state, so this is the standing torque)
+    expected = _python_tick_command(h)
+    np.testing.assert_allclose(np.median(cmds[-500:], axis=0), expected, atol=2e-3)
     # order: each command entry is the joint named in command_joints (checked against the
     # name-labelled ~/state efforts) ...
     states = [s for s in h.states if s.effort][-50:]
@@ -248,9 +269,32 @@ def test_commands_stream_at_rate_finite_within_limits_in_controller_order(runnin
         assert abs(kfe) > 3 * abs(haa) and 0.1 < abs(kfe) < 1.5, (leg, kfe, haa)
 
 
+def _python_tick_command(h: Harness) -> np.ndarray:
+    """Controller.update (Python backend) from the node's YAML at the harness's state, in
+    command order."""
+    from idyn_control import config
+    from idyn_control.controller import Controller
+
+    params = config.load_params_file(SOLO_YAML)
+    params["formulation_options.backend"] = "python"
+    settings = config.resolve(params)
+    m = config.build_model(settings)
+    ctrl = Controller(m, config.controller_config(settings, m))
+    assert ctrl.formulation.backend == "python"
+    q = h.q.copy()
+    q[m.joint_q_index] = [h.joint_positions[h.joint_names.index(n)] for n in m.joint_names]
+    v = np.zeros(m.nv)
+    ctrl.reset(q, v)
+    mask = np.ones(len(m.contacts), dtype=bool)
+    for _ in range(20):  # warm start settled, as in the running node
+        tau = ctrl.update(q, v, mask).tau
+    return tau[m.joint_order(h.command_order)]
+
+
 def test_bad_inputs_are_dropped_counted_and_never_reach_the_motors(running):
     h, proc = running
     m = h.model
+    python_ticks = h.diag("native_loop.python_ticks")
     good_pos, good_names = list(h.joint_positions), list(h.joint_names)
     t0 = time.monotonic()
     cases = []
@@ -296,6 +340,45 @@ def test_bad_inputs_are_dropped_counted_and_never_reach_the_motors(running):
     # while the watchdog was tripped the safe output (damping at zero velocity) is zero torque
     assert h.diag("source.damping") > 0
     assert m.na == 12
+    if h.loop_mode == "native":  # the compiled loop handed each bad input to the Python tick
+        assert h.diag("native_loop.python_ticks") >= python_ticks + len(cases)
+
+
+def test_joint_reference_is_followed_and_the_loop_returns_to_its_routine(running):
+    """A ~/joint_reference trajectory moves the command while it runs (native mode: Python
+    ticks apply it); once it has ended and holds its last point, the ticks are routine again
+    (native: compiled)."""
+    from builtin_interfaces.msg import Duration
+    from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+    h, proc = running
+    pub = h.node.create_publisher(JointTrajectory, "/idyn_controller/joint_reference", QoSProfile(depth=1))
+    h.spin_until(lambda: pub.get_subscription_count() > 0, 10.0, "the node's ~/joint_reference")
+    knee = h.command_order.index("FL_KFE")
+    h.spin_for(0.3)
+    standing = np.median(h.commands_since(time.monotonic() - 0.2)[:, knee])
+    q_knee = h.joint_positions[h.joint_names.index("FL_KFE")]
+
+    def send(target: float) -> None:
+        msg = JointTrajectory(joint_names=["FL_KFE"])
+        msg.points = [JointTrajectoryPoint(positions=[target], time_from_start=Duration(nanosec=200_000_000))]
+        pub.publish(msg)
+
+    send(q_knee + 0.2)  # 0.2 rad away from the measured (held) knee angle
+    h.spin_for(0.6)
+    bent = np.median(h.commands_since(time.monotonic() - 0.2)[:, knee])
+    assert abs(bent - standing) > 0.1, (bent, standing)  # the PD pulls the knee towards the reference
+    before = dict(h.diagnostics)
+    h.spin_until(lambda: h.diag("ticks") > float(before["ticks"]) + 300, 10.0, "fresh diagnostics")
+    if h.loop_mode == "native":
+        ticks = h.diag("ticks") - float(before["ticks"])
+        compiled = h.diag("native_loop.compiled_ticks") - float(before["native_loop.compiled_ticks"])
+        assert compiled > 0.8 * ticks, (compiled, ticks)
+    send(q_knee)  # back to the standing posture for the tests that follow
+    h.spin_for(0.6)
+    back = np.median(h.commands_since(time.monotonic() - 0.2)[:, knee])
+    assert abs(back - standing) < 0.05, (back, standing)
+    h.node.destroy_publisher(pub)
 
 
 def test_lifecycle_transitions_and_run_time_parameters():

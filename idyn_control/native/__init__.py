@@ -294,6 +294,21 @@ class QpContact(_Owner):
         self.lib.idyn_qpc_reset(self.handle)
 
 
+class Rnea:
+    """``rnea`` on the compiled engine: τ = M q̈ + h (fixed base; the formulation computes it
+    from the engine's M and h, the node's compiled loop in C++)."""
+
+    handle = 0
+
+    def __init__(self, engine: Engine, formulation):
+        if formulation.model.n_base:
+            raise NativeUnavailable("rnea runs natively for a fixed base only")
+        self.engine = engine
+
+    def reset(self) -> None:
+        pass
+
+
 #: Controller reference arrays the kinematic layer reads, in engine.cpp's order
 KL_REFS = ("q_ref", "v_ref", "a_ref", "joint_kp", "joint_kd", "base_position_ref", "base_rotation_ref",
            "base_velocity_ref", "base_angular_ref", "foot_position_ref", "foot_velocity_ref",

@@ -22,6 +22,8 @@ from pathlib import Path
 
 SOURCE_DIR = Path(__file__).resolve().parent
 SOURCES = ("engine.cpp", "solvers.cpp")
+RT_SOURCE = "rt.cpp"  # the node's compiled input → command path: rcl only, built when rcl is found
+RT_LIBS = ("-lrcl", "-lrmw", "-lrcutils")
 HEADERS = ("native.hpp",)
 #: as Pinocchio's CMake config exports them (its joint variant needs the larger MPL limits)
 DEFINES = ("-DNDEBUG", "-DBOOST_MPL_LIMIT_LIST_SIZE=30", "-DBOOST_MPL_LIMIT_VECTOR_SIZE=30",
@@ -50,6 +52,74 @@ def source_hash() -> str:
 
 def library_name() -> str:
     return f"_idyn_native-{source_hash()}.so"
+
+
+def ros_prefix() -> Path | None:
+    """The ROS 2 prefix whose rcl this process uses (the ros-* wheels' venv, or a sourced
+    /opt/ros/<distro>): it has include/rcl/rcl/publisher.h and lib/librcl.so."""
+    prefixes = [Path(p) for p in os.environ.get("AMENT_PREFIX_PATH", "").split(":") if p]
+    prefixes += [Path(sys.prefix), Path(sysconfig.get_paths()["data"])]
+    try:  # the prefix the imported rclpy lives in
+        import rclpy
+
+        prefixes.insert(0, Path(rclpy.__file__).resolve().parents[4])
+    except ImportError:
+        pass
+    prefixes += sorted(Path("/opt/ros").glob("*")) if Path("/opt/ros").is_dir() else []
+    for prefix in prefixes:
+        if (prefix / "include" / "rcl" / "rcl" / "publisher.h").exists() and (prefix / "lib" / "librcl.so").exists():
+            return prefix
+    return None
+
+
+def rt_library_name(prefix: Path) -> str:
+    h = hashlib.sha1((SOURCE_DIR / RT_SOURCE).read_bytes())
+    h.update(" ".join(FLAGS + RT_LIBS).encode())
+    h.update(str(prefix).encode())
+    return f"_idyn_rt-{h.hexdigest()[:12]}.so"
+
+
+def rt_library_path() -> Path | None:
+    """The built rt library for the current sources and ROS prefix, if any."""
+    prefix = ros_prefix()
+    if prefix is None:
+        return None
+    for d in candidate_dirs():
+        if (d / rt_library_name(prefix)).exists():
+            return d / rt_library_name(prefix)
+    return None
+
+
+def build_rt(out_dir: Path | None = None, *, log=print) -> Path | None:
+    """Compile rt.cpp against the ROS 2 prefix in use (seconds); None without ROS 2."""
+    prefix = ros_prefix()
+    if prefix is None:
+        log("native: no ROS 2 prefix with rcl headers: the node's compiled loop is not built")
+        return None
+    cxx = compiler()
+    if cxx is None:
+        raise BuildError("no C++ compiler (c++, g++ or clang++; set CXX): install g++")
+    dirs = [out_dir] if out_dir else candidate_dirs()
+    target_dir = next((d for d in dirs if _writable(d)), None)
+    if target_dir is None:
+        raise BuildError(f"none of {', '.join(map(str, dirs))} is writable")
+    target = target_dir / rt_library_name(prefix)
+    includes = [f"-I{d}" for d in sorted((prefix / "include").iterdir()) if d.is_dir()]
+    lib = prefix / "lib"
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        partial = Path(tmp) / target.name
+        cmd = [cxx, *FLAGS, "-shared", *includes, str(SOURCE_DIR / RT_SOURCE), "-o", str(partial),
+               f"-L{lib}", f"-Wl,-rpath,{lib}", *RT_LIBS, "-lpthread"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode:
+            raise BuildError(f"compiling {RT_SOURCE} failed:\n{proc.stderr[-4000:]}")
+        shutil.move(str(partial), target)
+    for old in target_dir.glob("_idyn_rt-*.so"):
+        if old != target:
+            old.unlink(missing_ok=True)
+    log(f"native: built {target} in {time.monotonic() - t0:.0f} s")
+    return target
 
 
 def candidate_dirs() -> list[Path]:
@@ -146,13 +216,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="rebuild even if an up-to-date library exists")
     parser.add_argument("--out-dir", type=Path, help="where to write the library (default: beside the sources)")
     args = parser.parse_args(argv)
-    if not args.force:
-        for d in ([args.out_dir] if args.out_dir else candidate_dirs()):
-            if (d / library_name()).exists():
-                print(f"native: up to date ({d / library_name()})")
-                return 0
     try:
-        build(args.out_dir)
+        up_to_date = [d / library_name() for d in ([args.out_dir] if args.out_dir else candidate_dirs())
+                      if (d / library_name()).exists()]
+        if up_to_date and not args.force:
+            print(f"native: up to date ({up_to_date[0]})")
+        else:
+            build(args.out_dir)
+        prefix = ros_prefix()
+        if prefix is not None and rt_library_path() is not None and not args.force:
+            print(f"native: up to date ({rt_library_path()})")
+        else:
+            build_rt(args.out_dir)
     except BuildError as err:
         print(f"native: {err}", file=sys.stderr)
         return 1

@@ -20,12 +20,27 @@ lock-step simulator) at ``update_rate`` and publishes joint efforts for a ros2_c
 
 Loop designs (``loop_mode``; measured by ``bench/ros_loop.py``):
 
-- ``triggered`` (default): one tick per /joint_states message, run in its callback as soon
+- ``native`` (default): ``triggered`` (below) with the routine tick compiled. A C++ thread
+  of its own (:mod:`idyn_control.native.rt`, SCHED_FIFO ``loop_priority``) is woken by the
+  middleware for each /joint_states sample on a subscription the executor does not serve,
+  and runs the tick without Python or the GIL: CDR bytes → Pinocchio → kinematic layer →
+  compiled formulation (wbc_qp, qp_coulomb, qp_noslip; rnea on a fixed base) → clamps →
+  command published through rcl. Whatever is not routine is handed to the Python tick on
+  that thread with the same bytes (the first tick after activation, a contact switch, a new
+  reference, gain or option, stale inputs, a joint-name layout not seen before, a stamp out
+  of order, a failed or non-finite solve, a formulation that only runs in Python), and after
+  each Python tick the node tells the loop whether the next ticks are routine again. A
+  bookkeeping thread reads the compiled ticks' records (statistics, counters) and publishes
+  the monitoring topics, so the loop never waits for Python in a routine tick (~/state then
+  carries the latest tick, read while the loop may write the next). Odometry and contact
+  estimates still arrive through the executor and are copied to the loop. Without the
+  compiled loop (not built, no ROS 2 headers) the node runs ``triggered`` with a warning.
+- ``triggered``: one tick per /joint_states message, run in its callback as soon
   as it arrives (the hardware or simulator clock drives the loop, like ros2_control's
   read → update → write; the state publisher must run at ``update_rate``); a timer covers a
   silent input (watchdog). No wait between input and tick: the lowest input → command
-  latency and the fewest misses of the designs measured on our 2-core VM. A miss is a tick
-  whose command left more than one period after its input's callback started.
+  latency and the fewest misses of the Python designs measured on our 2-core VM. A miss is a
+  tick whose command left more than one period after its input's callback started.
 - ``deadline``: single-threaded. :meth:`ControllerNode.spin` serves executor callbacks
   (EventsExecutor) until each absolute deadline, busy-waits the last ``SPIN_MARGIN_S``,
   serves the callbacks that arrived meanwhile, then ticks. The node's own clock sets the
@@ -90,6 +105,7 @@ from geometry_msgs.msg import PoseStamped, TwistStamped, WrenchStamped
 from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import serialize_message
@@ -117,6 +133,8 @@ GC_EVERY_TICKS = 1000    # collect young generations this often, when the tick l
 GC_SLACK_S = 300e-6
 LOG_THROTTLE_S = 2.0
 WATCHDOG_TIMER_S = 0.005      # triggered mode: how often staleness is checked without input
+RT_DRAIN_EVERY = 10           # native mode: bookkeeping of the compiled loop's ticks, in batches of this many
+RT_DRAIN_WAIT_S = 0.02        # ... or at least this often
 PR_SET_TIMERSLACK = 29
 CLOCK_RESET_NS = 1_000_000_000  # a stamp jump back larger than this is a clock reset
 STATE_BUDGET_S = 150e-6        # typical cost of ~/state + contact wrenches (measured, loaded VM)
@@ -157,6 +175,8 @@ class ControllerNode(LifecycleNode):
         self.autostart: bool = parameters.value(self, config.SPEC["autostart"])
         self.loop_mode: str = parameters.value(self, config.SPEC["loop_mode"])
         self.loop_priority: int = parameters.value(self, config.SPEC["loop_priority"])
+        self.middleware_priority: int = parameters.value(self, config.SPEC["middleware_priority"])
+        self.loop_spin_us: float = parameters.value(self, config.SPEC["loop_spin_us"])
         self.cpu_affinity: list[int] = list(parameters.value(self, config.SPEC["cpu_affinity"]))
         self._lock = threading.Lock()
         self._node_params: dict[str, float] = {
@@ -168,6 +188,13 @@ class ControllerNode(LifecycleNode):
         self._loop_running = False
         self._timer = None
         self._watchdog_timer = None
+        self._rt = None        # native.rt.RtLoop while loop_mode native runs
+        self._rt_sub = None    # its /joint_states subscription (not the executor's)
+        self._rt_interrupts = 0
+        self._book_lock = threading.Lock()  # native mode: bookkeeping thread vs Python ticks
+        self._book_thread: threading.Thread | None = None
+        self._rt_unknown = 0
+        self._last_fast = False
         self._ticks_seen = 0
         self._next_deadline = 0.0
         self._entities: list = []  # publishers and subscriptions created at configure
@@ -206,6 +233,7 @@ class ControllerNode(LifecycleNode):
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         with self._lock:
             self._mode = SAFE
+        self._rt_interrupt()
         self.get_logger().info(f"deactivated: commanding the safe output ({self.ctrl.config.safe_output})")
         return TransitionCallbackReturn.SUCCESS
 
@@ -224,8 +252,8 @@ class ControllerNode(LifecycleNode):
 
     def destroy_node(self) -> None:
         """Stop the loop and release everything (also without a shutdown transition)."""
-        if self.ctrl is not None or self._loop_running:
-            self._stop_and_release()
+        if getattr(self, "ctrl", None) is not None or getattr(self, "_loop_running", False):
+            self._stop_and_release()  # (a constructor that failed half-way has neither)
         super().destroy_node()
 
     def _stop_and_release(self) -> None:
@@ -347,8 +375,15 @@ class ControllerNode(LifecycleNode):
         self._wrench_pubs = [self._add(self.create_publisher(WrenchStamped, f"~/contact_wrench/{f}", MONITOR_QOS))
                              for f in model.contact_frames]
         self._diag_pub = self._add(self.create_publisher(DiagnosticArray, "/diagnostics", MONITOR_QOS))
-        self._add(self.create_subscription(JointState, "/joint_states", with_message_info(self._on_joint_states),
-                                           STATE_QOS, raw=True))  # CDR bytes: see JointStateReader
+        if self.loop_mode == "native" and not self._native_loop_available():
+            self.loop_mode = "triggered"
+        if self.loop_mode == "native":  # served by the compiled loop's thread, not the executor
+            with self.handle:
+                self._rt_sub = _rclpy.Subscription(self.handle, JointState, "/joint_states",
+                                                   STATE_QOS.get_c_qos_profile(), None)
+        else:
+            self._add(self.create_subscription(JointState, "/joint_states", with_message_info(self._on_joint_states),
+                                               STATE_QOS, raw=True))  # CDR bytes: see JointStateReader
         if model.floating_base:
             self._add(self.create_subscription(Odometry, "/odom", self._on_odom, STATE_QOS))
         if k:
@@ -372,6 +407,17 @@ class ControllerNode(LifecycleNode):
                     WrenchStamped, f"~/{frame}/measured_wrench",
                     self._wrench_callback(frame, self._wrench_measured), STATE_QOS))
 
+    def _native_loop_available(self) -> bool:
+        """loop_mode native needs the compiled loop (rt.cpp) built for this ROS 2; else triggered."""
+        try:
+            from ..native import rt
+
+            rt.load_rt()
+        except Exception as exc:  # noqa: BLE001 - any reason: say it, run the Python loop
+            self.get_logger().warning(f"loop_mode native unavailable ({exc}); running loop_mode triggered")
+            return False
+        return True
+
     def _subscription_callback_for(self, topic: str):
         """The callback subscribed to ``topic`` (tests and introspection)."""
         return next(s.callback for s in self.subscriptions if s.topic_name == topic)
@@ -381,6 +427,9 @@ class ControllerNode(LifecycleNode):
         return entity
 
     def _release(self) -> None:
+        if self._rt_sub is not None:
+            self._rt_sub.destroy_when_not_in_use()
+            self._rt_sub = None
         for entity in self._entities:
             if hasattr(entity, "topic_name") and hasattr(entity, "publish"):
                 self.destroy_publisher(entity)
@@ -393,7 +442,7 @@ class ControllerNode(LifecycleNode):
     # ================================================================== loop designs
     def make_executor(self):
         """The executor this node's loop design needs (thread: callbacks only, tick elsewhere)."""
-        if self.loop_mode in ("events", "triggered", "thread", "deadline"):
+        if self.loop_mode in ("events", "triggered", "thread", "deadline", "native"):
             from rclpy.experimental import EventsExecutor
 
             return EventsExecutor()
@@ -406,11 +455,17 @@ class ControllerNode(LifecycleNode):
         self._last_scheduled = time.monotonic()
         gc.disable()  # collected by the loop when a tick leaves slack
         self._pin_cpus()
+        self._prioritize_middleware()
         if self.loop_mode == "thread":
             self._loop_thread = threading.Thread(target=self._run_thread, name="idyn_loop", daemon=True)
             self._loop_thread.start()
             return
-        self._set_priority()  # the executor thread runs the tick
+        if self.loop_mode == "native":  # the compiled loop's own thread ticks; the executor serves the rest
+            self._start_native_loop()
+            self._watchdog_timer = self.create_timer(WATCHDOG_TIMER_S, self._on_watchdog_timer)
+            return
+        if self.loop_mode != "native":
+            self._set_priority()  # the executor thread runs the tick
         if self.loop_mode == "deadline":  # ticked by spin() between executor callbacks
             self._next_deadline = time.monotonic() + self.period_s
             self._ticks_seen = self._stats.n
@@ -421,8 +476,35 @@ class ControllerNode(LifecycleNode):
         else:  # triggered: ticks come from /joint_states; a slow timer covers a silent input
             self._watchdog_timer = self.create_timer(WATCHDOG_TIMER_S, self._on_watchdog_timer)
 
+    def _start_native_loop(self) -> None:
+        from ..native import rt
+
+        m = self.model
+        self._rt = rt.RtLoop(self._rt_sub.pointer, self._cmd_pub.handle.pointer, self._cmd_cdr, self._rt_slow,
+                             priority=self.loop_priority, cpus=self.cpu_affinity,
+                             drain_every=RT_DRAIN_EVERY, k=len(m.contacts), na=m.na, nv=m.nv)
+        self._rt.set_params(self._node_params["watchdog_timeout"], self._node_params["contacts.threshold"])
+        with self._lock:
+            if self._t_in["odom"] > 0.0:
+                self._rt.set_base(self._in_base_q, self._in_base_v)
+            if self._t_in["contact_states"] > 0.0:
+                self._rt.set_contacts(self._in_contacts)
+        self._rt.set_spin(self.loop_spin_us * 1e-6, self.period_s)
+        self._rt.start()
+        self._book_thread = threading.Thread(target=self._run_bookkeeping, args=(self._rt,),
+                                             name="idyn_bookkeeping", daemon=True)
+        self._book_thread.start()
+
     def _stop_loop(self) -> None:
         self._loop_running = False
+        if self._rt is not None:
+            rt_loop = self._rt
+            rt_loop.stop()  # waits for its tick
+            self._book_thread.join(timeout=2.0)
+            with self._book_lock:
+                self._rt_drain(rt_loop)
+            self._rt = None
+            rt_loop.close()
         if self._loop_thread is not None:
             self._loop_thread.join(timeout=2.0)
             self._loop_thread = None
@@ -448,6 +530,26 @@ class ControllerNode(LifecycleNode):
                     pass
         except (OSError, AttributeError) as exc:
             self.get_logger().warning(f"cpu_affinity {sorted(cpus)} not applied ({exc}); running on any CPU")
+
+    def _prioritize_middleware(self) -> None:
+        """SCHED_FIFO ``middleware_priority`` for every thread but the calling (executor) one:
+        the middleware's (DDS receive, events) threads, made when the context was created.
+        The loop threads started after this set their own priority."""
+        if self.middleware_priority <= 0:
+            return
+        me = threading.get_native_id()
+        param = os.sched_param(self.middleware_priority)
+        try:
+            for tid in os.listdir("/proc/self/task"):
+                if int(tid) == me:
+                    continue
+                try:
+                    os.sched_setscheduler(int(tid), os.SCHED_FIFO, param)
+                except ProcessLookupError:  # the thread ended meanwhile
+                    pass
+        except (OSError, AttributeError) as exc:
+            self.get_logger().warning(f"middleware_priority {self.middleware_priority}: SCHED_FIFO refused "
+                                      f"({exc}); middleware threads keep normal scheduling")
 
     def _set_priority(self) -> None:
         """Timer slack 1 ns, and SCHED_FIFO when ``loop_priority`` > 0, for the calling thread."""
@@ -542,9 +644,103 @@ class ControllerNode(LifecycleNode):
     def _on_watchdog_timer(self) -> None:
         now = time.monotonic()
         if now - self._last_scheduled > self._node_params["watchdog_timeout"]:
-            self._last_scheduled = now
-            self._tick(now)
-            self._maybe_collect(now + self.period_s)
+            rt_loop = self._rt
+            if rt_loop is None:
+                self._last_scheduled = now
+                self._tick(now)
+                self._maybe_collect(now + self.period_s)
+                return
+            rt_loop.lock()  # the compiled loop's thread ticks too: one tick at a time
+            try:
+                with self._book_lock:
+                    self._rt_drain(rt_loop)
+                    if time.monotonic() - self._last_scheduled > self._node_params["watchdog_timeout"]:
+                        self._last_scheduled = now
+                        self._tick(now)
+                        self._rt_after_python_tick()
+            finally:
+                rt_loop.unlock()
+
+    # ================================================================== loop_mode native
+    def _rt_slow(self, data: bytes, received_ns: int, wake_ns: int) -> None:
+        """The compiled loop handed this input to Python: the node's own tick, then tell the
+        loop whether the next ticks are routine (runs on the loop's thread)."""
+        try:
+            with self._book_lock:
+                if self._rt is not None:
+                    self._rt_drain(self._rt)  # the fast ticks before this one first
+                self._on_joint_states(data, {"received_timestamp": received_ns}, wake_ns)
+                self._rt_after_python_tick()
+            self._maybe_collect(time.monotonic() + self.period_s)
+        except Exception as exc:  # noqa: BLE001 - never into C++
+            self._log_throttled("native", f"native loop: Python tick failed: {type(exc).__name__}: {exc}")
+
+    def _rt_after_python_tick(self) -> None:
+        rt_loop = self._rt
+        if rt_loop is None:
+            return
+        interrupts = self._rt_interrupts
+        fast = (self._mode == ACTIVE and not self._watchdog_tripped and not self._need_reset
+                and self._trajectory is None and self._base_ref is None and not self._wrench_ref
+                and not self._wrench_measured and not self._pending_fields and self._pending_formulation is None
+                and self._last_source == "formulation")
+        if fast:
+            from ..native import rt
+
+            plan = rt.plan_for(self)
+            if plan is None:
+                fast = False
+            else:
+                rt_loop.plan(*plan)
+        rt_loop.sync(fast, self._mask, self._stamp_in["joint_states"])
+        if self._rt_interrupts != interrupts:  # a callback changed something meanwhile
+            rt_loop.set_fast(False)
+
+    def _rt_interrupt(self) -> None:
+        """A reference, gain or mode changed: the next tick runs in Python (it applies it)."""
+        self._rt_interrupts += 1
+        if self._rt is not None:
+            self._rt.set_fast(False)
+
+    def _run_bookkeeping(self, rt_loop) -> None:
+        """Native mode: statistics, counters and monitoring of the compiled ticks, in batches."""
+        while self._loop_running:
+            rt_loop.wait(RT_DRAIN_WAIT_S)
+            with self._book_lock:
+                self._rt_drain(rt_loop)
+            self._maybe_collect(time.monotonic() + self.period_s)
+
+    def _rt_drain(self, rt_loop) -> None:
+        """Book the compiled loop's ticks read from its ring (hold ``_book_lock``)."""
+        records = rt_loop.take()
+        if records is None:
+            return
+        try:
+            stats, counts = self._stats, self._status_counts
+            for r in records:
+                started, published = r[4], r[5]
+                stats.record(started, started, published)
+                stats.record_input(int(r[0]), int(r[1]), int(r[2]), int(r[3]))
+                stats.overwritten_inputs += int(r[8])
+                counts["solved"] += 1
+                self._source_counts["formulation"] += 1
+                self._saturated_joints += int(r[6])
+            last = records[-1]
+            if last[4] > self._last_scheduled:  # a Python tick may have run since
+                self._last_scheduled = self._t_in["joint_states"] = float(last[4])
+                self._stamp_in["joint_states"] = max(self._stamp_in["joint_states"], int(last[7]))
+            self._last_source = "formulation"
+            self._last_result = None
+            self._last_fast = True
+            # off the loop's thread: monitoring takes no slack from the loop (the values it
+            # publishes are the latest tick's, read while the loop may be writing the next)
+            now = time.monotonic()
+            self._monitor(now, now + 1.0, ticks=len(records))
+            unknown = int(rt_loop.counters[2])
+            self._drops[("joint_states", "unknown_joint")] += unknown - self._rt_unknown
+            self._rt_unknown = unknown
+        except Exception as exc:  # noqa: BLE001 - the bookkeeping thread must survive
+            self._log_throttled("native", f"native loop: bookkeeping failed: {type(exc).__name__}: {exc}")
 
     def _maybe_collect(self, next_deadline: float) -> None:
         self._ticks_since_gc += 1
@@ -635,6 +831,7 @@ class ControllerNode(LifecycleNode):
         self._saturated_joints += cmd.saturated
         self._last_source = cmd.source
         self._last_result = result if cmd.source == "formulation" else None
+        self._last_fast = False
         self._tau[:] = cmd.tau
 
     def _safe_command(self, v: np.ndarray) -> None:
@@ -708,7 +905,7 @@ class ControllerNode(LifecycleNode):
             self.ctrl.config.formulation_options = options
 
     # ================================================================== monitoring
-    def _monitor(self, now: float, next_tick: float) -> None:
+    def _monitor(self, now: float, next_tick: float, ticks: int = 1) -> None:
         """Decimated ~/state, contact wrenches and /diagnostics, in the slack before the next
         tick: a due message waits (up to MONITOR_MAX_DEFER_S) while less than its budget is
         left, so monitoring does not push the next tick past its deadline."""
@@ -717,7 +914,7 @@ class ControllerNode(LifecycleNode):
         slack = next_tick - now
         rate = self._node_params["monitor_rate_hz"]
         if rate > 0.0:
-            self._monitor_countdown -= 1
+            self._monitor_countdown -= ticks
             # at the full rate (rate ≥ update_rate) ~/state is part of every tick, never deferred
             if self._monitor_countdown <= 0 and (slack > STATE_BUDGET_S or rate >= self.rate_hz
                                                  or -self._monitor_countdown * self.period_s > MONITOR_MAX_DEFER_S):
@@ -727,7 +924,7 @@ class ControllerNode(LifecycleNode):
                 slack = next_tick - now
         rate = self._node_params["diagnostics_rate_hz"]
         if rate > 0.0:
-            self._diag_countdown -= 1
+            self._diag_countdown -= ticks
             if self._diag_countdown <= 0 and (slack > DIAGNOSTICS_BUDGET_S
                                               or -self._diag_countdown * self.period_s > MONITOR_MAX_DEFER_S):
                 self._diag_countdown = max(1, int(round(self.rate_hz / rate)))
@@ -746,7 +943,9 @@ class ControllerNode(LifecycleNode):
         result = self._last_result
         forces = self._forces_world
         forces[:] = 0.0
-        if result is not None:
+        if self._last_fast and self._last_source == "formulation":  # compiled loop: per configured contact
+            forces[:] = self.ctrl.formulation.forces
+        elif result is not None:
             for frame, f in zip(result.contact_frames, result.forces):
                 forces[m.contact_index(frame)] = f
         rotation = self.ctrl.formulation.contacts.rotation
@@ -774,6 +973,9 @@ class ControllerNode(LifecycleNode):
         }
         for key, v in self._stats.summary().items():
             values[key] = v
+        if self._rt is not None:  # ticks run compiled / handed to Python by the native loop
+            values["native_loop.compiled_ticks"] = float(self._rt.counters[0])
+            values["native_loop.python_ticks"] = float(self._rt.counters[1])
         values["input_to_command_hist"] = self._stats.latency_hist.encode()
         for status, n in self._status_counts.items():
             values[f"status.{status}"] = n
@@ -842,10 +1044,11 @@ class ControllerNode(LifecycleNode):
         self._drop(inp, "out_of_order", lambda: "stamp older than the previous message")
         return True
 
-    def _on_joint_states(self, data: bytes | JointState, msg_info: dict | None = None) -> None:
+    def _on_joint_states(self, data: bytes | JointState, msg_info: dict | None = None,
+                         callback_ns: int = 0) -> None:
         """/joint_states, subscribed raw (CDR bytes, see JointStateReader.read_serialized) with
         the rmw message info: its receive time starts the input → command latency."""
-        callback_ns = time.time_ns()
+        callback_ns = callback_ns or time.time_ns()
         received_ns = msg_info["received_timestamp"] if msg_info else callback_ns
         reader = self._js
         reason = reader.read_serialized(data) if isinstance(data, bytes) else reader.read(data)
@@ -869,7 +1072,7 @@ class ControllerNode(LifecycleNode):
             if self._in_rx_ns:
                 self._stats.overwritten_inputs += 1
             self._in_rx_ns, self._in_cb_ns = received_ns, callback_ns
-        if self.loop_mode == "triggered" and self._loop_running:
+        if self.loop_mode in ("triggered", "native") and self._loop_running:
             self._last_scheduled = now
             self._tick(now)
             self._maybe_collect(now + self.period_s)
@@ -888,6 +1091,8 @@ class ControllerNode(LifecycleNode):
             self._in_base_v[:] = self._odom.v
             self._t_in["odom"] = time.monotonic()
             self._stamp_in["odom"] = stamp
+        if self._rt is not None:
+            self._rt.set_base(self._in_base_q, self._in_base_v)
 
     def _on_contacts(self, msg: Float64MultiArray) -> None:
         data = msg.data
@@ -903,6 +1108,8 @@ class ControllerNode(LifecycleNode):
         with self._lock:
             self._in_contacts[:] = values
             self._t_in["contact_states"] = time.monotonic()
+        if self._rt is not None:
+            self._rt.set_contacts(self._in_contacts)
 
     def _on_joint_reference(self, msg: JointTrajectory) -> None:
         if self.ctrl is None:
@@ -914,6 +1121,7 @@ class ControllerNode(LifecycleNode):
             return
         self._trajectory = traj
         self._t_in["joint_reference"] = time.monotonic()
+        self._rt_interrupt()
 
     def _on_base_reference(self, msg: PoseStamped) -> None:
         p, o = msg.pose.position, msg.pose.orientation
@@ -930,6 +1138,7 @@ class ControllerNode(LifecycleNode):
         self._base_pose_ref = (position, R)
         self._base_ref = (position, R, np.zeros(3), np.zeros(3))
         self._t_in["base_reference"] = time.monotonic()
+        self._rt_interrupt()
 
     def _on_base_twist_reference(self, msg: TwistStamped) -> None:
         lin, ang = msg.twist.linear, msg.twist.angular
@@ -941,6 +1150,7 @@ class ControllerNode(LifecycleNode):
         position, R = ((ctrl.base_position_ref.copy(), ctrl.base_rotation_ref.copy())
                        if ctrl is not None else self._base_pose_ref)
         self._base_ref = (position, R, velocity, angular)
+        self._rt_interrupt()
 
     def _wrench_callback(self, frame: str, store: dict):
         def callback(msg: WrenchStamped) -> None:
@@ -951,6 +1161,7 @@ class ControllerNode(LifecycleNode):
                 return
             store[frame] = (force, msg.header.frame_id == frame)
             self._t_in["wrench"] = time.monotonic()
+            self._rt_interrupt()
         return callback
 
     # ================================================================== parameters
@@ -1001,7 +1212,10 @@ class ControllerNode(LifecycleNode):
                 self._pending_fields.update(converted)
                 if new_formulation is not None:
                     self._pending_formulation = new_formulation
+            self._rt_interrupt()
         self._node_params.update(node_values)
+        if node_values and self._rt is not None:
+            self._rt.set_params(self._node_params["watchdog_timeout"], self._node_params["contacts.threshold"])
         return SetParametersResult(successful=True)
 
 

@@ -1,0 +1,498 @@
+// The controller node's input → command path without Python (idyn_control.native.rt).
+//
+// A thread of its own (SCHED_FIFO when asked) is woken by the middleware when a
+// /joint_states sample arrives (rcl_subscription_set_on_new_message_callback), takes it as
+// CDR bytes, and, when the node has declared the tick routine (active, inputs fresh, the
+// contact set and joint-name layout unchanged since the last Python tick, a compiled
+// formulation), runs the whole tick here: joint states → state → Pinocchio pass →
+// kinematic layer → formulation → clamps → command CDR → rcl_publish_serialized_message.
+// No Python, no GIL, no allocation. Everything else (first tick, contact switches, new
+// references or gains, watchdog, failed solves) is handed to Python with the same bytes,
+// and Python's tick runs as before, on this thread. Bookkeeping (statistics, counters,
+// monitoring) is left to a Python thread: each fast tick appends a record to a
+// single-producer single-consumer ring and, every `drain_every` records, signals an eventfd
+// that thread waits on. The loop thread never waits for Python in a routine tick.
+//
+// The compiled pieces (engine, kinematic layer, solvers) live in the main native library;
+// Python passes their function pointers and the numpy buffers they work on (the same
+// calls the Python tick makes), so this library needs only rcl.
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <pthread.h>
+#include <sched.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <rcl/publisher.h>
+#include <rcl/subscription.h>
+#include <rcutils/allocator.h>
+#include <rcutils/error_handling.h>
+#include <rmw/serialized_message.h>
+
+namespace {
+
+using EngineUpdate = void (*)(void*);
+using LayerFn = void (*)(void*, void*, void*, void*, void*, void*, void*);
+using QpcFn = int (*)(void*, void*, void*, long, void*, void*, void*, void*, void*, void*);
+using WbcFn = int (*)(void*, void*, void*, long, void*, void*, int, void*, void*, void*, void*, void*);
+using SlowFn = void (*)(const uint8_t* data, size_t size, int64_t received_ns, int64_t wake_ns);
+
+// Plan: what one fast tick works on (numpy buffers and native handles, addresses from
+// Python, idyn_control/native/rt.py PLAN_* names in this order).
+enum PlanSlot {
+  P_ENGINE_UPDATE, P_ENGINE, P_LAYER_FN, P_LAYER_ARGS0, P_LAYER_ARGS6 = P_LAYER_ARGS0 + 6,
+  P_SOLVER_FN, P_SOLVER_HANDLE, P_SOLVER_A0, P_SOLVER_A1, P_SOLVER_A2, P_SOLVER_A3, P_SOLVER_TASKS,
+  P_SOLVER_OUT0, P_SOLVER_OUT1, P_SOLVER_OUT2, P_SOLVER_OUT3,
+  P_TERMS_Q, P_TERMS_V, P_JOINT_Q_INDEX, P_CTRL_QDD_DES, P_F_QDD_DES, P_FORCES, P_F_TAU,
+  P_TAU_LIMIT, P_TAU_PREV, P_NODE_TAU, P_NODE_Q, P_NODE_V, P_IN_JQ, P_IN_JV, P_CMD_INDEX, P_CMD_VIEW,
+  P_NAMES, P_NAMES_INDEX, P_COUNT
+};
+// Scalars of the plan (doubles): sizes, kinds, limits.
+enum PlanValue {
+  V_NQ, V_NV, V_NB, V_NA, V_K, V_SOLVER_KIND, V_VERSION, V_N_TASKS, V_RATE_STEP, V_N_CMD,
+  V_NAMES_AT, V_NAMES_LEN, V_N_NAMES, V_UNKNOWN, V_TIMEOUT, V_THRESHOLD, V_COUNT
+};
+// One fast tick's record for Python's bookkeeping (doubles, REC_* in rt.py).
+enum Record {
+  R_RECEIVED_NS, R_WAKE_NS, R_START_NS, R_PUBLISHED_NS, R_START_MONO, R_PUBLISHED_MONO, R_SATURATED,
+  R_STAMP_NS, R_OVERWRITTEN, R_WIDTH
+};
+constexpr uint64_t RING = 1024;  // records not yet read by Python (full: counted and dropped)
+
+double mono() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+int64_t realtime_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+inline uint32_t u32(const uint8_t* p) {
+  uint32_t x;
+  std::memcpy(&x, p, 4);
+  return x;
+}
+
+struct Rt {
+  const rcl_subscription_t* sub;
+  const rcl_publisher_t* pub;
+  SlowFn slow;
+  int notify_fd;  // eventfd the bookkeeping thread waits on
+  int priority;
+  std::vector<int> cpus;
+  int drain_every;
+
+  std::thread thread;
+  std::mutex wake_mutex;
+  std::condition_variable wake;
+  std::atomic<size_t> events{0};
+  std::atomic<bool> sleeping{false};
+  std::atomic<bool> stop{false};
+  double spin_s = 0.0;    // poll this long either side of the next sample's expected arrival
+  double period_s = 0.0;  // the input's period (expected arrival = last wake-up + period)
+  std::mutex tick_mutex;  // one tick at a time (Python's watchdog tick takes it too)
+
+  // the plan (written by Python while it holds tick_mutex or from the slow tick on this thread)
+  void* p[P_COUNT] = {};
+  double val[V_COUNT] = {};
+  std::vector<uint8_t> names;  // the CDR bytes of the expected name list
+  std::atomic<int> fast{0};    // Python's "the routine tick may run here"
+
+  // inputs from Python callbacks (odometry, contact estimates), under input_mutex
+  std::mutex input_mutex;
+  double base_q[7] = {0, 0, 0, 0, 0, 0, 1}, base_v[6] = {};
+  double t_base = 0.0, t_contacts = 0.0;
+  std::vector<double> contacts;
+  std::vector<uint8_t> mask;       // the contact mask of the last Python tick
+  int64_t last_stamp = 0;
+
+  // records for Python: written at head by this thread, read from tail by Python's
+  double ring[RING][R_WIDTH];
+  std::atomic<uint64_t> head{0}, tail{0};
+  int since_notify = 0;
+  // fast ticks, handed to Python, unknown-joint messages, saturated ticks, records dropped
+  double counters[5] = {};
+
+  rcl_serialized_message_t in = rmw_get_zero_initialized_serialized_message();
+  rcl_serialized_message_t out = rmw_get_zero_initialized_serialized_message();
+  std::vector<double> q, v, qb, jq, jv;
+};
+
+void on_message(const void* user, size_t n) {
+  Rt* rt = const_cast<Rt*>(static_cast<const Rt*>(user));
+  rt->events.fetch_add(n);
+  if (rt->sleeping.load()) {  // else the loop is polling (or about to re-check): no wake-up needed
+    std::lock_guard<std::mutex> lock(rt->wake_mutex);
+    rt->wake.notify_one();
+  }
+}
+
+// The fast tick on the message in rt->in; false: hand it to Python.
+bool fast_tick(Rt* rt, int64_t received_ns, int64_t wake_ns, int overwritten) {
+  const double* val = rt->val;
+  void** p = rt->p;
+  const uint8_t* d = rt->in.buffer;
+  const size_t size = rt->in.buffer_length;
+  const int nq = int(val[V_NQ]), nv = int(val[V_NV]), nb = int(val[V_NB]), na = int(val[V_NA]), k = int(val[V_K]);
+  const size_t names_at = size_t(val[V_NAMES_AT]), names_len = size_t(val[V_NAMES_LEN]);
+  const uint32_t n_names = uint32_t(val[V_N_NAMES]);
+  // ---- joint states: the layout Python last accepted, finite values, in order
+  if (size < 16 || d[0] != 0 || d[1] != 1) return false;
+  const double start_mono = mono();
+  const int64_t start_ns = realtime_ns();
+  int32_t sec;
+  std::memcpy(&sec, d + 4, 4);
+  const int64_t stamp = int64_t(sec) * 1000000000LL + u32(d + 8);
+  size_t off = 16 + size_t(u32(d + 12));
+  off = (off + 3) & ~size_t(3);
+  if (off != names_at || off + names_len > size || std::memcmp(d + off, rt->names.data(), names_len) != 0)
+    return false;
+  off += names_len;
+  const double* seq[2];
+  for (int s = 0; s < 2; ++s) {
+    off = (off + 3) & ~size_t(3);
+    if (off + 4 > size || u32(d + off) != n_names) return false;
+    off += 4;
+    off = ((off - 4 + 7) & ~size_t(7)) + 4;
+    if (off + 8 * size_t(n_names) > size) return false;
+    seq[s] = reinterpret_cast<const double*>(d + off);  // unaligned in memory: read with memcpy
+    off += 8 * size_t(n_names);
+  }
+  if (stamp != 0 && stamp < rt->last_stamp) return false;  // out of order: Python drops and counts it
+  const int64_t* names_index = static_cast<const int64_t*>(p[P_NAMES_INDEX]);
+  double check = 0.0;
+  for (int i = 0; i < na; ++i) {
+    double a, b;
+    std::memcpy(&a, seq[0] + names_index[i], 8);
+    std::memcpy(&b, seq[1] + names_index[i], 8);
+    rt->jq[i] = a;
+    rt->jv[i] = b;
+    check += 0.0 * a + 0.0 * b;
+  }
+  if (check != 0.0) return false;  // NaN/inf
+  // ---- the other inputs: fresh, same contact mask as the last Python tick
+  const double now = start_mono, timeout = val[V_TIMEOUT];
+  {
+    std::lock_guard<std::mutex> lock(rt->input_mutex);
+    if (nb && !(rt->t_base > 0.0 && now - rt->t_base < timeout)) return false;
+    if (rt->t_contacts > 0.0 && !(now - rt->t_contacts < timeout)) return false;
+    for (int c = 0; c < k; ++c)
+      if ((rt->contacts[c] >= val[V_THRESHOLD]) != bool(rt->mask[c])) return false;
+    std::memcpy(rt->qb.data(), rt->base_q, sizeof rt->base_q);
+    std::memcpy(rt->v.data(), rt->base_v, sizeof rt->base_v);
+  }
+  // ---- state (Formulation.prepare): q = base + joints, quaternion normalized
+  double* tq = static_cast<double*>(p[P_TERMS_Q]);
+  double* tv = static_cast<double*>(p[P_TERMS_V]);
+  const int32_t* jqi = static_cast<const int32_t*>(p[P_JOINT_Q_INDEX]);
+  double* node_q = static_cast<double*>(p[P_NODE_Q]);
+  double* node_v = static_cast<double*>(p[P_NODE_V]);
+  if (nb) {
+    const double* b = rt->qb.data();
+    const double norm = std::sqrt(b[3] * b[3] + b[4] * b[4] + b[5] * b[5] + b[6] * b[6]);
+    if (!(norm >= 1e-9)) return false;
+    for (int i = 0; i < 7; ++i) node_q[i] = b[i];
+    for (int i = 0; i < 3; ++i) tq[i] = b[i];
+    for (int i = 3; i < 7; ++i) tq[i] = b[i] / norm;
+    for (int i = 0; i < 6; ++i) tv[i] = node_v[i] = rt->v[i];
+  }
+  for (int i = 0; i < na; ++i) {
+    tq[jqi[i]] = node_q[jqi[i]] = rt->jq[i];
+    tv[nb + i] = node_v[nb + i] = rt->jv[i];
+    static_cast<double*>(p[P_IN_JQ])[i] = rt->jq[i];
+    static_cast<double*>(p[P_IN_JV])[i] = rt->jv[i];
+  }
+  (void)nq;
+  // ---- Pinocchio pass, kinematic layer, formulation
+  reinterpret_cast<EngineUpdate>(p[P_ENGINE_UPDATE])(p[P_ENGINE]);
+  void** la = p + P_LAYER_ARGS0;
+  reinterpret_cast<LayerFn>(p[P_LAYER_FN])(la[0], la[1], la[2], la[3], la[4], la[5], la[6]);
+  std::memcpy(p[P_F_QDD_DES], p[P_CTRL_QDD_DES], sizeof(double) * nv);
+  std::memset(p[P_FORCES], 0, sizeof(double) * 3 * k);
+  int status;
+  const long version = long(val[V_VERSION]);
+  if (val[V_SOLVER_KIND] == 0.0) {
+    status = reinterpret_cast<QpcFn>(p[P_SOLVER_FN])(p[P_SOLVER_HANDLE], p[P_SOLVER_A0], p[P_SOLVER_A1], version,
+                                                     p[P_SOLVER_A2], p[P_SOLVER_A3], p[P_SOLVER_OUT0],
+                                                     p[P_SOLVER_OUT1], p[P_SOLVER_OUT2], p[P_SOLVER_OUT3]);
+  } else if (val[V_SOLVER_KIND] == 2.0) {  // rnea, fixed base: τ = M q̈ + h
+    const double* M = static_cast<const double*>(p[P_SOLVER_A0]);
+    const double* h = static_cast<const double*>(p[P_SOLVER_A1]);
+    double* qdd = static_cast<double*>(p[P_SOLVER_OUT0]);
+    double* tau_out = static_cast<double*>(p[P_SOLVER_OUT1]);
+    std::memcpy(qdd, p[P_F_QDD_DES], sizeof(double) * nv);
+    for (int i = 0; i < nv; ++i) {
+      double t = h[i];
+      for (int j = 0; j < nv; ++j) t += M[i * nv + j] * qdd[j];
+      tau_out[i] = t;
+    }
+    status = 0;
+  } else {
+    status = reinterpret_cast<WbcFn>(p[P_SOLVER_FN])(p[P_SOLVER_HANDLE], p[P_SOLVER_A0], p[P_SOLVER_A1], version,
+                                                     p[P_SOLVER_A2], p[P_SOLVER_A3], int(val[V_N_TASKS]),
+                                                     p[P_SOLVER_TASKS], p[P_SOLVER_OUT0], p[P_SOLVER_OUT1],
+                                                     p[P_SOLVER_OUT2], p[P_SOLVER_OUT3]);
+  }
+  const double* f_tau = static_cast<const double*>(p[P_F_TAU]);
+  if (status != 0) return false;  // Python's tick solves again and takes its fallback
+  for (int i = 0; i < na; ++i)
+    if (!std::isfinite(f_tau[i])) return false;
+  // ---- Controller._finish: rate limit, effort limits
+  const double* limit = static_cast<const double*>(p[P_TAU_LIMIT]);
+  double* prev = static_cast<double*>(p[P_TAU_PREV]);
+  double* tau = static_cast<double*>(p[P_NODE_TAU]);
+  const double step = val[V_RATE_STEP];
+  int saturated = 0;
+  for (int i = 0; i < na; ++i) {
+    double t = f_tau[i];
+    if (step > 0.0) t = std::min(std::max(t, prev[i] - step), prev[i] + step);
+    if (std::abs(t) > limit[i]) {
+      ++saturated;
+      t = std::min(std::max(t, -limit[i]), limit[i]);
+    }
+    tau[i] = prev[i] = t;
+  }
+  // ---- the command
+  const int64_t* cmd_index = static_cast<const int64_t*>(p[P_CMD_INDEX]);
+  double* cmd = static_cast<double*>(p[P_CMD_VIEW]);
+  for (int i = 0, n = int(val[V_N_CMD]); i < n; ++i) cmd[i] = tau[cmd_index[i]];
+  rcl_ret_t ret = rcl_publish_serialized_message(rt->pub, &rt->out, nullptr);
+  const int64_t published_ns = realtime_ns();
+  const double published_mono = mono();
+  if (ret != RCL_RET_OK) rcutils_reset_error();
+  rt->last_stamp = stamp;
+  rt->counters[0] += 1;
+  if (val[V_UNKNOWN] != 0.0) rt->counters[2] += 1;
+  if (saturated) rt->counters[3] += 1;
+  const uint64_t h = rt->head.load(std::memory_order_relaxed);
+  if (h - rt->tail.load(std::memory_order_acquire) >= RING) {  // Python is far behind
+    rt->counters[4] += 1;
+    return true;
+  }
+  double* r = rt->ring[h % RING];
+  r[R_RECEIVED_NS] = double(received_ns);
+  r[R_WAKE_NS] = double(wake_ns);
+  r[R_START_NS] = double(start_ns);
+  r[R_PUBLISHED_NS] = double(published_ns);
+  r[R_START_MONO] = start_mono;
+  r[R_PUBLISHED_MONO] = published_mono;
+  r[R_SATURATED] = saturated;
+  r[R_STAMP_NS] = double(stamp);
+  r[R_OVERWRITTEN] = overwritten;
+  rt->head.store(h + 1, std::memory_order_release);
+  if (++rt->since_notify >= rt->drain_every) {
+    rt->since_notify = 0;
+    const uint64_t one = 1;
+    const ssize_t written = write(rt->notify_fd, &one, sizeof one);  // fails only when it overflows:
+    (void)written;                                                     // the reader is awake then
+  }
+  return true;
+}
+
+void run(Rt* rt) {
+  prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);
+  if (!rt->cpus.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c : rt->cpus) CPU_SET(c, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  }
+  if (rt->priority > 0) {
+    sched_param sp{};
+    sp.sched_priority = rt->priority;
+    pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+  }
+  rmw_message_info_t info = rmw_get_zero_initialized_message_info(), scratch = info;
+  double last_wake = 0.0;
+  for (;;) {
+    if (rt->spin_s > 0.0 && last_wake > 0.0 && rt->events.load() == 0) {
+      // sleep until shortly before the next sample is due, then poll for it: the loop is
+      // running (no wake-up) and its core warm when it arrives
+      const double due = last_wake + rt->period_s, now = mono();
+      if (due - rt->spin_s > now) {
+        std::unique_lock<std::mutex> lock(rt->wake_mutex);
+        rt->sleeping.store(true);
+        rt->wake.wait_for(lock, std::chrono::duration<double>(due - rt->spin_s - now),
+                          [rt] { return rt->events.load() > 0 || rt->stop.load(); });
+        rt->sleeping.store(false);
+      }
+      const double until = due + rt->spin_s;
+      while (rt->events.load() == 0 && !rt->stop.load() && mono() < until) __builtin_ia32_pause();
+    }
+    if (rt->events.load() == 0) {
+      std::unique_lock<std::mutex> lock(rt->wake_mutex);
+      rt->sleeping.store(true);
+      rt->wake.wait_for(lock, std::chrono::milliseconds(20), [rt] { return rt->events.load() > 0 || rt->stop.load(); });
+      rt->sleeping.store(false);
+    }
+    if (rt->stop.load()) break;
+    if (rt->events.exchange(0) == 0) continue;
+    last_wake = mono();
+    const int64_t wake_ns = realtime_ns();
+    // the newest sample (depth 1: usually the only one)
+    int taken = 0;
+    while (rcl_take_serialized_message(rt->sub, &rt->in, &scratch, nullptr) == RCL_RET_OK) {
+      info = scratch;  // a failed take may clear it
+      ++taken;
+    }
+    rcutils_reset_error();
+    if (!taken) continue;
+    std::lock_guard<std::mutex> tick(rt->tick_mutex);
+    const int64_t received_ns = info.received_timestamp ? info.received_timestamp : wake_ns;
+    if (rt->fast.load(std::memory_order_acquire) && fast_tick(rt, received_ns, wake_ns, taken - 1)) continue;
+    rt->counters[1] += 1;
+    rt->slow(rt->in.buffer, rt->in.buffer_length, received_ns, wake_ns);
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+// sub, pub: rcl_subscription_t* / rcl_publisher_t* (rclpy handles' .pointer); cmd: the
+// command's CDR bytes (published as they are, the tick writes its efforts in place).
+void* idyn_rt_new(void* sub, void* pub, uint8_t* cmd, size_t cmd_size, SlowFn slow, int notify_fd,
+                  int priority, const int* cpus, int n_cpus, int drain_every, int k, int na, int nv) {
+  Rt* rt = new Rt();
+  rt->sub = static_cast<const rcl_subscription_t*>(sub);
+  rt->pub = static_cast<const rcl_publisher_t*>(pub);
+  rt->slow = slow;
+  rt->notify_fd = notify_fd;
+  rt->priority = priority;
+  rt->cpus.assign(cpus, cpus + n_cpus);
+  rt->drain_every = std::max(1, std::min(drain_every, int(RING / 2)));
+  rt->contacts.assign(k, 1.0);
+  rt->mask.assign(k, 1);
+  rt->q.assign(nv + 1, 0.0);
+  rt->v.assign(nv, 0.0);
+  rt->qb.assign(7, 0.0);
+  rt->jq.assign(na, 0.0);
+  rt->jv.assign(na, 0.0);
+  rcutils_allocator_t alloc = rcutils_get_default_allocator();
+  if (rmw_serialized_message_init(&rt->in, 4096, &alloc) != RMW_RET_OK) {
+    rcutils_reset_error();
+    delete rt;
+    return nullptr;
+  }
+  rt->out.buffer = cmd;
+  rt->out.buffer_length = cmd_size;
+  rt->out.buffer_capacity = cmd_size;
+  rt->out.allocator = alloc;
+  return rt;
+}
+
+int idyn_rt_start(void* h) {
+  Rt* rt = static_cast<Rt*>(h);
+  rt->thread = std::thread(run, rt);
+  if (rcl_subscription_set_on_new_message_callback(rt->sub, on_message, rt) != RCL_RET_OK) {
+    rcutils_reset_error();
+    return -1;
+  }
+  return 0;
+}
+
+void idyn_rt_stop(void* h) {
+  Rt* rt = static_cast<Rt*>(h);
+  rcl_subscription_set_on_new_message_callback(rt->sub, nullptr, nullptr);
+  rcutils_reset_error();
+  {
+    std::lock_guard<std::mutex> lock(rt->wake_mutex);
+    rt->stop.store(true);
+  }
+  rt->wake.notify_one();
+  if (rt->thread.joinable()) rt->thread.join();
+}
+
+void idyn_rt_free(void* h) {
+  Rt* rt = static_cast<Rt*>(h);
+  idyn_rt_stop(rt);
+  rmw_serialized_message_fini(&rt->in);
+  rcutils_reset_error();
+  delete rt;
+}
+
+// The plan of the fast tick (see PlanSlot / PlanValue) and the expected name-list bytes.
+void idyn_rt_plan(void* h, const uint64_t* slots, const double* values, const uint8_t* names, size_t names_len) {
+  Rt* rt = static_cast<Rt*>(h);
+  for (int i = 0; i < P_COUNT; ++i) rt->p[i] = reinterpret_cast<void*>(slots[i]);
+  for (int i = 0; i < V_COUNT; ++i) rt->val[i] = values[i];
+  rt->names.assign(names, names + names_len);
+}
+
+// After each Python tick: whether the fast tick may run, the contact mask it used, the
+// stamp of its input.
+void idyn_rt_sync(void* h, int fast, const uint8_t* mask, int64_t stamp) {
+  Rt* rt = static_cast<Rt*>(h);
+  {
+    std::lock_guard<std::mutex> lock(rt->input_mutex);
+    std::memcpy(rt->mask.data(), mask, rt->mask.size());
+  }
+  if (stamp > rt->last_stamp) rt->last_stamp = stamp;
+  rt->fast.store(fast, std::memory_order_release);
+}
+
+void idyn_rt_set_spin(void* h, double seconds, double period) {
+  static_cast<Rt*>(h)->spin_s = seconds;
+  static_cast<Rt*>(h)->period_s = period;
+}
+
+void idyn_rt_set_fast(void* h, int fast) { static_cast<Rt*>(h)->fast.store(fast, std::memory_order_release); }
+
+void idyn_rt_set_params(void* h, double timeout, double threshold) {
+  Rt* rt = static_cast<Rt*>(h);
+  std::lock_guard<std::mutex> lock(rt->input_mutex);
+  rt->val[V_TIMEOUT] = timeout;
+  rt->val[V_THRESHOLD] = threshold;
+}
+
+void idyn_rt_set_base(void* h, const double* q, const double* v) {
+  Rt* rt = static_cast<Rt*>(h);
+  const double now = mono();
+  std::lock_guard<std::mutex> lock(rt->input_mutex);
+  std::memcpy(rt->base_q, q, sizeof rt->base_q);
+  std::memcpy(rt->base_v, v, sizeof rt->base_v);
+  rt->t_base = now;
+}
+
+void idyn_rt_set_contacts(void* h, const double* values) {
+  Rt* rt = static_cast<Rt*>(h);
+  const double now = mono();
+  std::lock_guard<std::mutex> lock(rt->input_mutex);
+  std::memcpy(rt->contacts.data(), values, sizeof(double) * rt->contacts.size());
+  rt->t_contacts = now;
+}
+
+// Python's own ticks (watchdog) take the tick lock: never two ticks at once.
+void idyn_rt_lock(void* h) { static_cast<Rt*>(h)->tick_mutex.lock(); }
+void idyn_rt_unlock(void* h) { static_cast<Rt*>(h)->tick_mutex.unlock(); }
+
+// The record ring (RING x R_WIDTH) and the counters.
+const double* idyn_rt_records(void* h) { return &static_cast<Rt*>(h)->ring[0][0]; }
+
+// Records not yet consumed: their count, and in *first the ring index of the oldest.
+int idyn_rt_pending(void* h, uint64_t* first) {
+  Rt* rt = static_cast<Rt*>(h);
+  const uint64_t t = rt->tail.load(std::memory_order_relaxed);
+  *first = t % RING;
+  return int(rt->head.load(std::memory_order_acquire) - t);
+}
+
+// Python has read the n oldest records.
+void idyn_rt_consume(void* h, int n) { static_cast<Rt*>(h)->tail.fetch_add(uint64_t(n), std::memory_order_release); }
+const double* idyn_rt_counters(void* h) { return static_cast<Rt*>(h)->counters; }
+
+}  // extern "C"
