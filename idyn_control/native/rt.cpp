@@ -441,7 +441,7 @@ void idyn_rt_sync(void* h, int fast, const uint8_t* mask, int64_t stamp) {
     std::lock_guard<std::mutex> lock(rt->input_mutex);
     std::memcpy(rt->mask.data(), mask, rt->mask.size());
   }
-  if (stamp > rt->last_stamp) rt->last_stamp = stamp;
+  rt->last_stamp = stamp;  // Python's view: it also accepts a clock reset (a stamp jump back > 1 s)
   rt->fast.store(fast, std::memory_order_release);
 }
 

@@ -680,7 +680,10 @@ class ControllerNode(LifecycleNode):
         if rt_loop is None:
             return
         interrupts = self._rt_interrupts
-        fast = (self._mode == ACTIVE and not self._watchdog_tripped and not self._need_reset
+        # a subclass that sets references in every tick (its own _apply_references, e.g. the
+        # gait node) needs the Python tick every time
+        fast = (type(self)._apply_references is ControllerNode._apply_references
+                and self._mode == ACTIVE and not self._watchdog_tripped and not self._need_reset
                 and self._trajectory is None and self._base_ref is None and not self._wrench_ref
                 and not self._wrench_measured and not self._pending_fields and self._pending_formulation is None
                 and self._last_source == "formulation")
@@ -976,6 +979,7 @@ class ControllerNode(LifecycleNode):
         if self._rt is not None:  # ticks run compiled / handed to Python by the native loop
             values["native_loop.compiled_ticks"] = float(self._rt.counters[0])
             values["native_loop.python_ticks"] = float(self._rt.counters[1])
+            values["native_loop.dropped_records"] = float(self._rt.counters[4])  # bookkeeping fell behind
         values["input_to_command_hist"] = self._stats.latency_hist.encode()
         for status, n in self._status_counts.items():
             values[f"status.{status}"] = n
