@@ -140,6 +140,10 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "last one + 1/update_rate) to this long after, instead of sleeping [µs]: the loop is "
               "running and its core warm when the input arrives, at the cost of about 2x this per "
               "period of CPU time; 0 = always sleep", (0.0, 100000.0), read_only=True),
+    ParamSpec("lock_memory", True, BOOL,
+              "lock the process's memory (mlockall) when the loop starts, as ros2_control's "
+              "lock_memory (same default): no page fault in the tick; needs CAP_IPC_LOCK or a "
+              "memlock limit large enough, else a warning", read_only=True),
     ParamSpec("cpu_affinity", [], INT_ARRAY,
               "CPUs the node's threads may run on (all of them: executor, loop, middleware), as "
               "ros2_control's cpu_affinity; empty = any (a robot computer keeps cores for its "

@@ -710,3 +710,27 @@ def test_cpu_affinity_pins_every_thread_of_the_node():
                 pass
         node.destroy_node()
         rclpy.shutdown(context=context)
+
+
+def test_lock_memory_locks_the_process_memory():
+    """lock_memory (default true, as ros2_control): mlockall when the loop starts."""
+    import ctypes
+
+    def locked_kb() -> int:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmLck:"):
+                return int(line.split()[1])
+        return 0
+
+    node, context = _in_process_node({"robot": "solo12", "autostart": False,
+                                      "command_topic": "/idyn_inproc/commands"})
+    try:
+        before = locked_kb()
+        node._lock_memory()
+        if not node._memory_locked:
+            pytest.skip("mlockall not permitted here (no CAP_IPC_LOCK, small memlock limit)")
+        assert locked_kb() > before + 10_000  # the interpreter, numpy, Pinocchio, the middleware: MBs
+    finally:
+        ctypes.CDLL(None).munlockall()
+        node.destroy_node()
+        rclpy.shutdown(context=context)

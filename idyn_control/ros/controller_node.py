@@ -136,6 +136,7 @@ WATCHDOG_TIMER_S = 0.005      # triggered mode: how often staleness is checked w
 RT_DRAIN_EVERY = 10           # native mode: bookkeeping of the compiled loop's ticks, in batches of this many
 RT_DRAIN_WAIT_S = 0.02        # ... or at least this often
 PR_SET_TIMERSLACK = 29
+MCL_CURRENT, MCL_FUTURE = 1, 2  # mlockall flags (Linux)
 CLOCK_RESET_NS = 1_000_000_000  # a stamp jump back larger than this is a clock reset
 STATE_BUDGET_S = 150e-6        # typical cost of ~/state + contact wrenches (measured, loaded VM)
 DIAGNOSTICS_BUDGET_S = 400e-6  # typical cost of /diagnostics
@@ -177,6 +178,8 @@ class ControllerNode(LifecycleNode):
         self.loop_priority: int = parameters.value(self, config.SPEC["loop_priority"])
         self.middleware_priority: int = parameters.value(self, config.SPEC["middleware_priority"])
         self.loop_spin_us: float = parameters.value(self, config.SPEC["loop_spin_us"])
+        self.lock_memory: bool = parameters.value(self, config.SPEC["lock_memory"])
+        self._memory_locked = False
         self.cpu_affinity: list[int] = list(parameters.value(self, config.SPEC["cpu_affinity"]))
         self._lock = threading.Lock()
         self._node_params: dict[str, float] = {
@@ -456,6 +459,7 @@ class ControllerNode(LifecycleNode):
         gc.disable()  # collected by the loop when a tick leaves slack
         self._pin_cpus()
         self._prioritize_middleware()
+        self._lock_memory()
         if self.loop_mode == "thread":
             self._loop_thread = threading.Thread(target=self._run_thread, name="idyn_loop", daemon=True)
             self._loop_thread.start()
@@ -530,6 +534,24 @@ class ControllerNode(LifecycleNode):
                     pass
         except (OSError, AttributeError) as exc:
             self.get_logger().warning(f"cpu_affinity {sorted(cpus)} not applied ({exc}); running on any CPU")
+
+    def _lock_memory(self) -> None:
+        """``lock_memory``: mlockall, as ros2_control's controller_manager does, so the tick never
+        waits for a page fault. Future allocations are locked too only when that cannot fail
+        them (no memlock limit, or root); otherwise what is mapped now is locked."""
+        if not self.lock_memory or self._memory_locked:
+            return
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+        flags = MCL_CURRENT | (MCL_FUTURE if limit == resource.RLIM_INFINITY or os.geteuid() == 0 else 0)
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.mlockall(flags) != 0:
+            err = ctypes.get_errno()
+            self.get_logger().warning(f"lock_memory: mlockall refused ({os.strerror(err)}); pages may fault in "
+                                      "the tick (raise the memlock limit or grant CAP_IPC_LOCK)")
+            return
+        self._memory_locked = True
 
     def _prioritize_middleware(self) -> None:
         """SCHED_FIFO ``middleware_priority`` for every thread but the calling (executor) one:
