@@ -139,7 +139,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "native mode: poll for the next /joint_states from this long before it is due (the "
               "last one + 1/update_rate) to this long after, instead of sleeping [µs]: the loop is "
               "running and its core warm when the input arrives, at the cost of about 2x this per "
-              "period of CPU time; 0 = always sleep", (0.0, 100000.0), read_only=True),
+              "period of CPU time; for a core of its own (on our shared 2-core VM it cut the median "
+              "but not the p99); 0 = always sleep", (0.0, 100000.0), read_only=True),
     ParamSpec("lock_memory", True, BOOL,
               "lock the process's memory (mlockall) when the loop starts, as ros2_control's "
               "lock_memory (same default): no page fault in the tick; needs CAP_IPC_LOCK or a "
