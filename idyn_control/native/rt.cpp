@@ -111,6 +111,7 @@ struct Rt {
   double val[V_COUNT] = {};
   std::vector<uint8_t> names;  // the CDR bytes of the expected name list
   std::atomic<int> fast{0};    // Python's "the routine tick may run here"
+  std::atomic<double> last_tick{0.0};  // CLOCK_MONOTONIC start of the last fast tick [s]
 
   // inputs from Python callbacks (odometry, contact estimates), under input_mutex
   std::mutex input_mutex;
@@ -275,6 +276,7 @@ bool fast_tick(Rt* rt, int64_t received_ns, int64_t wake_ns, int overwritten) {
   const double published_mono = mono();
   if (ret != RCL_RET_OK) rcutils_reset_error();
   rt->last_stamp = stamp;
+  rt->last_tick.store(start_mono, std::memory_order_relaxed);
   rt->counters[0] += 1;
   if (val[V_UNKNOWN] != 0.0) rt->counters[2] += 1;
   if (saturated) rt->counters[3] += 1;
@@ -475,6 +477,9 @@ void idyn_rt_set_contacts(void* h, const double* values) {
   std::memcpy(rt->contacts.data(), values, sizeof(double) * rt->contacts.size());
   rt->t_contacts = now;
 }
+
+// CLOCK_MONOTONIC start of the last fast tick [s] (0: none yet): the watchdog's "input alive".
+double idyn_rt_last_tick(void* h) { return static_cast<Rt*>(h)->last_tick.load(std::memory_order_relaxed); }
 
 // Python's own ticks (watchdog) take the tick lock: never two ticks at once.
 void idyn_rt_lock(void* h) { static_cast<Rt*>(h)->tick_mutex.lock(); }

@@ -85,6 +85,8 @@ def load_rt() -> ctypes.CDLL:
     lib.idyn_rt_records.argtypes = [P]
     lib.idyn_rt_counters.restype = ctypes.POINTER(c_double)
     lib.idyn_rt_counters.argtypes = [P]
+    lib.idyn_rt_last_tick.restype = D
+    lib.idyn_rt_last_tick.argtypes = [P]
     lib.idyn_rt_pending.restype = I
     lib.idyn_rt_pending.argtypes = [P, P]
     lib.idyn_rt_consume.argtypes = [P, I]
@@ -208,6 +210,10 @@ class RtLoop:
 
     def set_contacts(self, values: np.ndarray) -> None:
         self.lib.idyn_rt_set_contacts(self.handle, values.ctypes.data)
+
+    def last_tick(self) -> float:
+        """CLOCK_MONOTONIC (``time.monotonic``) start of the last compiled tick [s]; 0 before one."""
+        return self.lib.idyn_rt_last_tick(self.handle) if self.handle else 0.0
 
     def lock(self) -> None:
         """Wait for the loop thread's tick to end and keep it from starting one (GIL released)."""

@@ -468,8 +468,7 @@ class ControllerNode(LifecycleNode):
             self._start_native_loop()
             self._watchdog_timer = self.create_timer(WATCHDOG_TIMER_S, self._on_watchdog_timer)
             return
-        if self.loop_mode != "native":
-            self._set_priority()  # the executor thread runs the tick
+        self._set_priority()  # the executor thread runs the tick
         if self.loop_mode == "deadline":  # ticked by spin() between executor callbacks
             self._next_deadline = time.monotonic() + self.period_s
             self._ticks_seen = self._stats.n
@@ -665,7 +664,8 @@ class ControllerNode(LifecycleNode):
 
     def _on_watchdog_timer(self) -> None:
         now = time.monotonic()
-        if now - self._last_scheduled > self._node_params["watchdog_timeout"]:
+        last = self._last_scheduled if self._rt is None else max(self._last_scheduled, self._rt.last_tick())
+        if now - last > self._node_params["watchdog_timeout"]:
             rt_loop = self._rt
             if rt_loop is None:
                 self._last_scheduled = now
@@ -693,8 +693,7 @@ class ControllerNode(LifecycleNode):
                     self._rt_drain(self._rt)  # the fast ticks before this one first
                 self._on_joint_states(data, {"received_timestamp": received_ns}, wake_ns)
                 self._rt_after_python_tick()
-            self._maybe_collect(time.monotonic() + self.period_s)
-        except Exception as exc:  # noqa: BLE001 - never into C++
+        except Exception as exc:  # noqa: BLE001 - never into C++ (garbage is collected by the bookkeeping thread)
             self._log_throttled("native", f"native loop: Python tick failed: {type(exc).__name__}: {exc}")
 
     def _rt_after_python_tick(self) -> None:
