@@ -44,8 +44,9 @@ The first ``--warmup`` seconds of every run are discarded. ``--rounds R`` interl
 designs in R rounds so that load drift on a shared machine hits all of them alike.
 ``<mode>@<prio>`` runs a design with ``loop_priority`` (SCHED_FIFO), as on a robot (and as
 the YAMLs' default, 50); a plain ``<mode>`` runs with ``loop_priority`` 0 (normal scheduling).
-``+name=value`` suffixes set more node parameters for that run (``native@50+loop_spin_us=300``,
-``native@50+middleware_priority=0``).
+``+name=value`` suffixes set more node parameters for that run (``native@50+loop_spin_us=300.0``,
+``native@50+middleware_priority=0``), ``+env:NAME=value`` an environment variable of the node
+(e.g. a Fast DDS profile: ``+env:FASTDDS_DEFAULT_PROFILES_FILE=config/fastdds_rt.xml``).
 Numbers depend on the machine and its load: the JSON names the machine and records the
 load average and the time of ``Controller.update`` alone before each round.
 """
@@ -198,6 +199,8 @@ def run_mode(mode: str, args, env, seconds: float) -> dict:
 
     core_ref = core_compute_reference(args.params, args.formulation)
     design, *overrides = mode.split("+")  # "native@50+loop_spin_us=300": parameter overrides
+    node_env = dict(env, **dict(o[4:].split("=", 1) for o in overrides if o.startswith("env:")))
+    overrides = [o for o in overrides if not o.startswith("env:")]
     loop_mode, _, priority = design.partition("@")  # "thread@80": SCHED_FIFO priority 80
     cmd = [sys.executable, "-m", "idyn_control.ros.controller_node", "--ros-args",
            "--params-file", str(args.params), "-p", f"loop_mode:={loop_mode}",
@@ -209,9 +212,9 @@ def run_mode(mode: str, args, env, seconds: float) -> dict:
         cmd += ["-p", f"formulation:={args.formulation}"]
     if args.node_cpus:
         cmd += ["-p", f"cpu_affinity:=[{args.node_cpus}]"]
-    tag = mode.replace("@", "_fifo").replace("+", "_").replace("=", "")
+    tag = "".join(c if c.isalnum() or c in "_-." else "_" for c in mode.replace("@", "_fifo"))[:80]
     log = open(Path(args.json).with_suffix(f".{tag}.log"), "w")
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, env=node_env, stdout=log, stderr=subprocess.STDOUT)
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=int(env["ROS_DOMAIN_ID"]))
     node = rclpy.create_node("ros_loop_bench", context=context)

@@ -734,3 +734,34 @@ def test_lock_memory_locks_the_process_memory():
         ctypes.CDLL(None).munlockall()
         node.destroy_node()
         rclpy.shutdown(context=context)
+
+
+def test_middleware_priority_raises_the_middleware_threads_only():
+    """middleware_priority: SCHED_FIFO for the threads the middleware named (dds.*), not for
+    the process's own (Python, BLAS) threads."""
+    node, context = _in_process_node({"robot": "solo12", "autostart": False, "middleware_priority": 30,
+                                      "command_topic": "/idyn_inproc/commands"})
+    process = Path("/proc/self/comm").read_text().strip()
+    threads = {int(t): Path(f"/proc/self/task/{t}/comm").read_text().strip() for t in os.listdir("/proc/self/task")}
+    try:
+        node._prioritize_middleware()
+        named = [t for t, name in threads.items() if name != process]
+        assert named, threads  # the middleware's threads exist once the context does
+        if os.sched_getscheduler(named[0]) != os.SCHED_FIFO:
+            pytest.skip("SCHED_FIFO not permitted here")
+        for tid, name in threads.items():
+            try:
+                fifo = os.sched_getscheduler(tid) == os.SCHED_FIFO
+                assert fifo == (name != process), (tid, name)
+                if fifo:
+                    assert os.sched_getparam(tid).sched_priority == 30
+            except ProcessLookupError:
+                pass
+    finally:
+        for tid in threads:
+            try:
+                os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+            except (ProcessLookupError, PermissionError):
+                pass
+        node.destroy_node()
+        rclpy.shutdown(context=context)

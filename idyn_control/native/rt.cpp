@@ -306,6 +306,7 @@ bool fast_tick(Rt* rt, int64_t received_ns, int64_t wake_ns, int overwritten) {
 }
 
 void run(Rt* rt) {
+  pthread_setname_np(pthread_self(), "idyn_loop");  // as top -H / ps -L show it
   prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);
   if (!rt->cpus.empty()) {
     cpu_set_t set;

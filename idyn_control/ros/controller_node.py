@@ -96,6 +96,7 @@ import inspect
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -553,20 +554,21 @@ class ControllerNode(LifecycleNode):
         self._memory_locked = True
 
     def _prioritize_middleware(self) -> None:
-        """SCHED_FIFO ``middleware_priority`` for every thread but the calling (executor) one:
-        the middleware's (DDS receive, events) threads, made when the context was created.
-        The loop threads started after this set their own priority."""
+        """SCHED_FIFO ``middleware_priority`` for the middleware's threads: those it named
+        (Fast DDS: dds.*; Cyclone: recv*, tev, ...), made when the context was created. Threads
+        still named after the process (Python's, BLAS workers, which may spin) keep their
+        scheduling; the loop threads started after this set their own priority."""
         if self.middleware_priority <= 0:
             return
-        me = threading.get_native_id()
         param = os.sched_param(self.middleware_priority)
         try:
+            process = Path("/proc/self/comm").read_text().strip()
             for tid in os.listdir("/proc/self/task"):
-                if int(tid) == me:
-                    continue
                 try:
+                    if Path(f"/proc/self/task/{tid}/comm").read_text().strip() == process:
+                        continue
                     os.sched_setscheduler(int(tid), os.SCHED_FIFO, param)
-                except ProcessLookupError:  # the thread ended meanwhile
+                except (ProcessLookupError, FileNotFoundError):  # the thread ended meanwhile
                     pass
         except (OSError, AttributeError) as exc:
             self.get_logger().warning(f"middleware_priority {self.middleware_priority}: SCHED_FIFO refused "
