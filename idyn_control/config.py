@@ -141,6 +141,12 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "running and its core warm when the input arrives, at the cost of about 2x this per "
               "period of CPU time; for a core of its own (on our shared 2-core VM it cut the median "
               "but not the p99); 0 = always sleep", (0.0, 100000.0), read_only=True),
+    ParamSpec("loop_cpu", -1, INT,
+              "native mode: the CPU of the compiled loop's thread and of the middleware's threads "
+              "that deliver its input (one CPU: the input wakes the loop by a local preemption, "
+              "not an inter-processor interrupt; on our 2-core VM p99 ~330 → 235–270 µs); -1 = the last "
+              "CPU the node may use (after cpu_affinity), -2 = leave them unpinned", (-2, 1023),
+              read_only=True),
     ParamSpec("lock_memory", True, BOOL,
               "lock the process's memory (mlockall) when the loop starts, as ros2_control's "
               "lock_memory (same default): no page fault in the tick; needs CAP_IPC_LOCK or a "

@@ -736,13 +736,14 @@ def test_lock_memory_locks_the_process_memory():
         rclpy.shutdown(context=context)
 
 
-def test_middleware_priority_raises_the_middleware_threads_only():
+def test_middleware_priority_and_loop_cpu_act_on_the_middleware_threads_only():
     """middleware_priority: SCHED_FIFO for the threads the middleware named (dds.*), not for
-    the process's own (Python, BLAS) threads."""
+    the process's own (Python, BLAS) threads; loop_cpu pins those to the loop's CPU."""
     node, context = _in_process_node({"robot": "solo12", "autostart": False, "middleware_priority": 30,
                                       "command_topic": "/idyn_inproc/commands"})
     process = Path("/proc/self/comm").read_text().strip()
     threads = {int(t): Path(f"/proc/self/task/{t}/comm").read_text().strip() for t in os.listdir("/proc/self/task")}
+    before = os.sched_getaffinity(0)
     try:
         node._prioritize_middleware()
         named = [t for t, name in threads.items() if name != process]
@@ -757,10 +758,25 @@ def test_middleware_priority_raises_the_middleware_threads_only():
                     assert os.sched_getparam(tid).sched_priority == 30
             except ProcessLookupError:
                 pass
+        # loop_cpu (native mode): the middleware's threads join the loop's CPU, the rest stay
+        node.loop_mode = "native"
+        cpu = node._native_loop_cpu()
+        assert cpu == max(before)  # -1: the last CPU the node may use
+        node._prioritize_middleware(cpu)
+        for tid, name in threads.items():
+            try:
+                assert (os.sched_getaffinity(tid) == {cpu}) == (name != process) or len(before) == 1, (tid, name)
+            except ProcessLookupError:
+                pass
+        node.loop_cpu = -2
+        assert node._native_loop_cpu() is None
+        node.loop_cpu = 4096
+        assert node._native_loop_cpu() is None  # not available: a warning, no pinning
     finally:
         for tid in threads:
             try:
                 os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+                os.sched_setaffinity(tid, before)
             except (ProcessLookupError, PermissionError):
                 pass
         node.destroy_node()

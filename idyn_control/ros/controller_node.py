@@ -180,6 +180,7 @@ class ControllerNode(LifecycleNode):
         self.middleware_priority: int = parameters.value(self, config.SPEC["middleware_priority"])
         self.loop_spin_us: float = parameters.value(self, config.SPEC["loop_spin_us"])
         self.lock_memory: bool = parameters.value(self, config.SPEC["lock_memory"])
+        self.loop_cpu: int = parameters.value(self, config.SPEC["loop_cpu"])
         self._memory_locked = False
         self.cpu_affinity: list[int] = list(parameters.value(self, config.SPEC["cpu_affinity"]))
         self._lock = threading.Lock()
@@ -459,14 +460,15 @@ class ControllerNode(LifecycleNode):
         self._last_scheduled = time.monotonic()
         gc.disable()  # collected by the loop when a tick leaves slack
         self._pin_cpus()
-        self._prioritize_middleware()
+        loop_cpu = self._native_loop_cpu()
+        self._prioritize_middleware(loop_cpu)
         self._lock_memory()
         if self.loop_mode == "thread":
             self._loop_thread = threading.Thread(target=self._run_thread, name="idyn_loop", daemon=True)
             self._loop_thread.start()
             return
         if self.loop_mode == "native":  # the compiled loop's own thread ticks; the executor serves the rest
-            self._start_native_loop()
+            self._start_native_loop(loop_cpu)
             self._watchdog_timer = self.create_timer(WATCHDOG_TIMER_S, self._on_watchdog_timer)
             return
         self._set_priority()  # the executor thread runs the tick
@@ -480,12 +482,24 @@ class ControllerNode(LifecycleNode):
         else:  # triggered: ticks come from /joint_states; a slow timer covers a silent input
             self._watchdog_timer = self.create_timer(WATCHDOG_TIMER_S, self._on_watchdog_timer)
 
-    def _start_native_loop(self) -> None:
+    def _native_loop_cpu(self) -> int | None:
+        """native mode: the CPU of the loop thread and the middleware's threads (``loop_cpu``), or None."""
+        if self.loop_mode != "native" or self.loop_cpu == -2:
+            return None
+        allowed = sorted(os.sched_getaffinity(0))  # after cpu_affinity
+        if self.loop_cpu == -1:
+            return allowed[-1]
+        if self.loop_cpu not in allowed:
+            self.get_logger().warning(f"loop_cpu {self.loop_cpu} not available (have {allowed}); not pinned")
+            return None
+        return self.loop_cpu
+
+    def _start_native_loop(self, cpu: int | None) -> None:
         from ..native import rt
 
         m = self.model
         self._rt = rt.RtLoop(self._rt_sub.pointer, self._cmd_pub.handle.pointer, self._cmd_cdr, self._rt_slow,
-                             priority=self.loop_priority, cpus=self.cpu_affinity,
+                             priority=self.loop_priority, cpus=[cpu] if cpu is not None else self.cpu_affinity,
                              drain_every=RT_DRAIN_EVERY, k=len(m.contacts), na=m.na, nv=m.nv)
         self._rt.set_params(self._node_params["watchdog_timeout"], self._node_params["contacts.threshold"])
         with self._lock:
@@ -553,12 +567,14 @@ class ControllerNode(LifecycleNode):
             return
         self._memory_locked = True
 
-    def _prioritize_middleware(self) -> None:
+    def _prioritize_middleware(self, cpu: int | None = None) -> None:
         """SCHED_FIFO ``middleware_priority`` for the middleware's threads: those it named
-        (Fast DDS: dds.*; Cyclone: recv*, tev, ...), made when the context was created. Threads
+        (Fast DDS: dds.*; Cyclone: recv*, tev, ...), made when the context was created, and
+        pinned to ``cpu`` when given (the loop's: the thread that receives an input wakes the
+        loop on its own CPU, a preemption instead of an inter-processor interrupt). Threads
         still named after the process (Python's, BLAS workers, which may spin) keep their
         scheduling; the loop threads started after this set their own priority."""
-        if self.middleware_priority <= 0:
+        if self.middleware_priority <= 0 and cpu is None:
             return
         param = os.sched_param(self.middleware_priority)
         try:
@@ -567,7 +583,10 @@ class ControllerNode(LifecycleNode):
                 try:
                     if Path(f"/proc/self/task/{tid}/comm").read_text().strip() == process:
                         continue
-                    os.sched_setscheduler(int(tid), os.SCHED_FIFO, param)
+                    if self.middleware_priority > 0:
+                        os.sched_setscheduler(int(tid), os.SCHED_FIFO, param)
+                    if cpu is not None:
+                        os.sched_setaffinity(int(tid), {cpu})
                 except (ProcessLookupError, FileNotFoundError):  # the thread ended meanwhile
                     pass
         except (OSError, AttributeError) as exc:
