@@ -245,6 +245,10 @@ def controller_params(opts: DemoOptions) -> dict[str, Any]:
         "formulation": opts.formulation,
         "update_rate": 1000.0,
         "loop_mode": "triggered",    # one tick per /joint_states: lock-step with the bridge
+        # lock-step in simulated time: the bridge and the recorder share the machine with the
+        # controller, so only its loop thread is raised (not the middleware's), memory unlocked
+        "middleware_priority": 0,
+        "lock_memory": False,
         "autostart": True,
         "use_sim_time": True,
         "command_topic": COMMAND_TOPIC,
