@@ -9,7 +9,8 @@ publish → bookkeeping) with serialized messages, as the middleware would. Each
 sleeps ``gap`` µs before every call (a 1 kHz loop idles ~700 µs between ticks), optionally
 busy-spinning the last ``spin`` µs of it. The difference between gap 0 and gap 700 is what
 idling costs the next tick (wake-up, cold caches): on our 2-core VM it doubled the tick,
-which is half of the in-node latency bench/ros_loop.py measures.
+which is half of the in-node latency bench/ros_loop.py measures in loop_mode triggered (the
+Python tick this script runs; loop_mode native runs the routine tick compiled).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def main(argv=None) -> int:
     from idyn_control.ros.controller_node import ControllerNode
 
     rclpy.init(args=["--ros-args", "--params-file", args.params, "-p", "loop_priority:=0",
+                     "-p", "loop_mode:=triggered", "-p", "middleware_priority:=0", "-p", "lock_memory:=false",
                      "-p", "command_topic:=/idyn_node_tick/commands"])
     node = ControllerNode()
     node.trigger_configure()
