@@ -303,10 +303,6 @@ class Rnea:
     def __init__(self, engine: Engine, formulation):
         if formulation.model.n_base:
             raise NativeUnavailable("rnea runs natively for a fixed base only")
-        self.engine = engine
-
-    def reset(self) -> None:
-        pass
 
 
 #: Controller reference arrays the kinematic layer reads, in engine.cpp's order

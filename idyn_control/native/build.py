@@ -223,9 +223,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"native: up to date ({up_to_date[0]})")
         else:
             build(args.out_dir)
-        prefix = ros_prefix()
-        if prefix is not None and rt_library_path() is not None and not args.force:
-            print(f"native: up to date ({rt_library_path()})")
+        rt_path = rt_library_path()
+        if rt_path is not None and not args.force:
+            print(f"native: up to date ({rt_path})")
         else:
             build_rt(args.out_dir)
     except BuildError as err:

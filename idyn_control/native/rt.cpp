@@ -18,7 +18,6 @@
 // calls the Python tick makes), so this library needs only rcl.
 
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -56,11 +55,11 @@ enum PlanSlot {
   P_SOLVER_OUT0, P_SOLVER_OUT1, P_SOLVER_OUT2, P_SOLVER_OUT3,
   P_TERMS_Q, P_TERMS_V, P_JOINT_Q_INDEX, P_CTRL_QDD_DES, P_F_QDD_DES, P_FORCES, P_F_TAU,
   P_TAU_LIMIT, P_TAU_PREV, P_NODE_TAU, P_NODE_Q, P_NODE_V, P_IN_JQ, P_IN_JV, P_CMD_INDEX, P_CMD_VIEW,
-  P_NAMES, P_NAMES_INDEX, P_COUNT
+  P_NAMES_INDEX, P_COUNT
 };
 // Scalars of the plan (doubles): sizes, kinds, limits.
 enum PlanValue {
-  V_NQ, V_NV, V_NB, V_NA, V_K, V_SOLVER_KIND, V_VERSION, V_N_TASKS, V_RATE_STEP, V_N_CMD,
+  V_NV, V_NB, V_NA, V_K, V_SOLVER_KIND, V_VERSION, V_N_TASKS, V_RATE_STEP, V_N_CMD,
   V_NAMES_AT, V_NAMES_LEN, V_N_NAMES, V_UNKNOWN, V_TIMEOUT, V_THRESHOLD, V_COUNT
 };
 // One fast tick's record for Python's bookkeeping (doubles, REC_* in rt.py).
@@ -125,12 +124,12 @@ struct Rt {
   double ring[RING][R_WIDTH];
   std::atomic<uint64_t> head{0}, tail{0};
   int since_notify = 0;
-  // fast ticks, handed to Python, unknown-joint messages, saturated ticks, records dropped
-  double counters[5] = {};
+  // fast ticks, handed to Python, unknown-joint messages, records dropped (rt.py COUNTERS)
+  double counters[4] = {};
 
   rcl_serialized_message_t in = rmw_get_zero_initialized_serialized_message();
   rcl_serialized_message_t out = rmw_get_zero_initialized_serialized_message();
-  std::vector<double> q, v, qb, jq, jv;
+  std::vector<double> v, qb, jq, jv;
 };
 
 void on_message(const void* user, size_t n) {
@@ -148,7 +147,7 @@ bool fast_tick(Rt* rt, int64_t received_ns, int64_t wake_ns, int overwritten) {
   void** p = rt->p;
   const uint8_t* d = rt->in.buffer;
   const size_t size = rt->in.buffer_length;
-  const int nq = int(val[V_NQ]), nv = int(val[V_NV]), nb = int(val[V_NB]), na = int(val[V_NA]), k = int(val[V_K]);
+  const int nv = int(val[V_NV]), nb = int(val[V_NB]), na = int(val[V_NA]), k = int(val[V_K]);
   const size_t names_at = size_t(val[V_NAMES_AT]), names_len = size_t(val[V_NAMES_LEN]);
   const uint32_t n_names = uint32_t(val[V_N_NAMES]);
   // ---- joint states: the layout Python last accepted, finite values, in order
@@ -217,7 +216,6 @@ bool fast_tick(Rt* rt, int64_t received_ns, int64_t wake_ns, int overwritten) {
     static_cast<double*>(p[P_IN_JQ])[i] = rt->jq[i];
     static_cast<double*>(p[P_IN_JV])[i] = rt->jv[i];
   }
-  (void)nq;
   // ---- Pinocchio pass, kinematic layer, formulation
   reinterpret_cast<EngineUpdate>(p[P_ENGINE_UPDATE])(p[P_ENGINE]);
   void** la = p + P_LAYER_ARGS0;
@@ -279,10 +277,9 @@ bool fast_tick(Rt* rt, int64_t received_ns, int64_t wake_ns, int overwritten) {
   rt->last_tick.store(start_mono, std::memory_order_relaxed);
   rt->counters[0] += 1;
   if (val[V_UNKNOWN] != 0.0) rt->counters[2] += 1;
-  if (saturated) rt->counters[3] += 1;
   const uint64_t h = rt->head.load(std::memory_order_relaxed);
   if (h - rt->tail.load(std::memory_order_acquire) >= RING) {  // Python is far behind
-    rt->counters[4] += 1;
+    rt->counters[3] += 1;
     return true;
   }
   double* r = rt->ring[h % RING];
@@ -380,7 +377,6 @@ void* idyn_rt_new(void* sub, void* pub, uint8_t* cmd, size_t cmd_size, SlowFn sl
   rt->drain_every = std::max(1, std::min(drain_every, int(RING / 2)));
   rt->contacts.assign(k, 1.0);
   rt->mask.assign(k, 1);
-  rt->q.assign(nv + 1, 0.0);
   rt->v.assign(nv, 0.0);
   rt->qb.assign(7, 0.0);
   rt->jq.assign(na, 0.0);

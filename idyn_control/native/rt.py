@@ -33,16 +33,16 @@ PLAN_SLOTS = ("engine_update", "engine", "layer_fn", *(f"layer_arg{i}" for i in 
               "solver_handle", "solver_a0", "solver_a1", "solver_a2", "solver_a3", "solver_tasks",
               "solver_out0", "solver_out1", "solver_out2", "solver_out3", "terms_q", "terms_v", "joint_q_index",
               "ctrl_qdd_des", "f_qdd_des", "forces", "f_tau", "tau_limit", "tau_prev", "node_tau", "node_q",
-              "node_v", "in_jq", "in_jv", "cmd_index", "cmd_view", "names", "names_index")
+              "node_v", "in_jq", "in_jv", "cmd_index", "cmd_view", "names_index")
 #: rt.cpp PlanValue, in order
-PLAN_VALUES = ("nq", "nv", "nb", "na", "k", "solver_kind", "version", "n_tasks", "rate_step", "n_cmd", "names_at",
+PLAN_VALUES = ("nv", "nb", "na", "k", "solver_kind", "version", "n_tasks", "rate_step", "n_cmd", "names_at",
                "names_len", "n_names", "unknown", "timeout", "threshold")
 #: rt.cpp Record, in order (one row per fast tick)
 RECORD = ("received_ns", "wake_ns", "start_ns", "published_ns", "start_mono", "published_mono", "saturated",
           "stamp_ns", "overwritten")
 RING = 1024
 #: rt.cpp counters
-COUNTERS = ("fast_ticks", "python_ticks", "unknown_joint", "saturated_ticks", "dropped_records")
+COUNTERS = ("compiled_ticks", "python_ticks", "unknown_joint", "dropped_records")
 
 SLOW_CALLBACK = CFUNCTYPE(None, ctypes.POINTER(c_uint8), c_size_t, c_int64, c_int64)
 
@@ -215,6 +215,10 @@ class RtLoop:
         """CLOCK_MONOTONIC (``time.monotonic``) start of the last compiled tick [s]; 0 before one."""
         return self.lib.idyn_rt_last_tick(self.handle) if self.handle else 0.0
 
+    def counter(self, name: str) -> float:
+        """One of :data:`COUNTERS` (read while the loop may be counting)."""
+        return float(self.counters[COUNTERS.index(name)])
+
     def lock(self) -> None:
         """Wait for the loop thread's tick to end and keep it from starting one (GIL released)."""
         self.lib.idyn_rt_lock(self.handle)
@@ -272,7 +276,7 @@ def plan_for(node) -> tuple[dict[str, int], dict[str, float], bytes] | None:
     }
     c = ctrl.config
     values = {
-        "nq": m.nq, "nv": m.nv, "nb": m.n_base, "na": m.na, "k": cs.size, "solver_kind": kind,
+        "nv": m.nv, "nb": m.n_base, "na": m.na, "k": cs.size, "solver_kind": kind,
         "version": cs.version, "n_tasks": n_tasks,
         "rate_step": c.torque_rate_limit * c.dt if c.torque_rate_limit > 0.0 else 0.0,
         "n_cmd": node._cmd_view.size, "names_at": reader._names_at, "names_len": len(reader._names_cdr),

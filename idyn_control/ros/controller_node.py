@@ -781,7 +781,7 @@ class ControllerNode(LifecycleNode):
             # publishes are the latest tick's, read while the loop may be writing the next)
             now = time.monotonic()
             self._monitor(now, now + 1.0, ticks=len(records))
-            unknown = int(rt_loop.counters[2])
+            unknown = int(rt_loop.counter("unknown_joint"))
             self._drops[("joint_states", "unknown_joint")] += unknown - self._rt_unknown
             self._rt_unknown = unknown
         except Exception as exc:  # noqa: BLE001 - the bookkeeping thread must survive
@@ -1019,9 +1019,8 @@ class ControllerNode(LifecycleNode):
         for key, v in self._stats.summary().items():
             values[key] = v
         if self._rt is not None:  # ticks run compiled / handed to Python by the native loop
-            values["native_loop.compiled_ticks"] = float(self._rt.counters[0])
-            values["native_loop.python_ticks"] = float(self._rt.counters[1])
-            values["native_loop.dropped_records"] = float(self._rt.counters[4])  # bookkeeping fell behind
+            for name in ("compiled_ticks", "python_ticks", "dropped_records"):  # dropped: bookkeeping fell behind
+                values[f"native_loop.{name}"] = self._rt.counter(name)
         values["input_to_command_hist"] = self._stats.latency_hist.encode()
         for status, n in self._status_counts.items():
             values[f"status.{status}"] = n
