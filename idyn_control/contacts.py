@@ -40,6 +40,19 @@ def pyramid_rows(basis: np.ndarray, mu: float) -> np.ndarray:
     return np.vstack((t1 - mu * n, -t1 - mu * n, t2 - mu * n, -t2 - mu * n, -n))
 
 
+def inscribed_pyramid_rows(basis: np.ndarray, mu: float) -> np.ndarray:
+    """Rows like :func:`pyramid_rows` for the pyramid of seed 000 eq. 72: four edges
+    n ± μ t1, n ± μ t2, the friction force the sum of the edge forces (1ᵀ f_F ≤ μ f_N):
+    facets |t1·f| + |t2·f| ≤ μ n·f, plus n·f ≥ 0.
+
+    It is inscribed in the Coulomb cone (every force it admits, the ground can apply; it
+    is also MuJoCo's pyramidal cone), where the square of :func:`pyramid_rows` admits up
+    to √2 μ n·f along its diagonals.
+    """
+    t1, t2, n = basis
+    return np.vstack((t1 + t2 - mu * n, t1 - t2 - mu * n, -t1 + t2 - mu * n, -t1 - t2 - mu * n, -n))
+
+
 class ContactSet:
     """Point contacts of a :class:`RobotModel`, refreshed in place every tick.
 
@@ -122,22 +135,24 @@ class ContactSet:
             self.rotation[i] = oMf.rotation
 
     def fill_friction_rows(self, C: np.ndarray, lo: np.ndarray, hi: np.ndarray, *,
-                           unilateral_only: bool = False) -> None:
+                           unilateral_only: bool = False, rows: np.ndarray | None = None) -> None:
         """Write lo ≤ C f ≤ hi rows for the stacked forces f of all contacts (3k columns).
 
         Rows 5i..5i+4 hold the pyramid of active contact i (only n·f ≥ 0 with
         ``unilateral_only``, i.e. infinite friction) and pin f_i = 0 for inactive ones.
-        Not per tick: call it when the active set changes.
+        Not per tick: call it when the active set changes. ``rows``: (k, 5, 3) pyramid
+        rows to use instead of ``friction_rows`` (e.g. :func:`inscribed_pyramid_rows`).
         """
+        rows = self.friction_rows if rows is None else rows
         C[:] = 0.0
         for i in range(self.size):
             r, c = PYRAMID_ROWS * i, 3 * i
             if self.active[i] and unilateral_only:
-                C[r + 4, c:c + 3] = self.friction_rows[i, 4]
+                C[r + 4, c:c + 3] = rows[i, 4]
                 lo[r:r + 5], hi[r:r + 5] = -INF, INF
                 hi[r + 4] = 0.0
             elif self.active[i]:
-                C[r:r + 5, c:c + 3] = self.friction_rows[i]
+                C[r:r + 5, c:c + 3] = rows[i]
                 lo[r:r + 5], hi[r:r + 5] = -INF, 0.0
             else:
                 C[r:r + 3, c:c + 3] = np.identity(3)

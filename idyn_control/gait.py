@@ -37,6 +37,9 @@ from .errors import ConfigError, ShapeError
 from .linalg import solve_pd
 
 GRAVITY = 9.81  # [m/s²]
+#: fraction of μ g the commanded base acceleration may use: the rest of the friction
+#: pyramid (inscribed, seed 000 eq. 72) is left to the swing legs' reactions and feedback
+FRICTION_ACCELERATION = 0.25
 MODES = ("stand", "trot")
 
 
@@ -52,7 +55,9 @@ class GaitConfig:
             ``None``: the trot of seed 000 §7.6 — {0.25, 0.75, 0.75, 0.25} for {left
             front, right front, left hind, right hind}, assigned from the feet's nominal
             positions (x > 0 is front, y > 0 is left), so any frame order works.
-        max_acceleration: rate limit of the commanded planar velocity [m/s²].
+        max_acceleration: rate limit of the commanded planar velocity [m/s²]; never more
+            than ``FRICTION_ACCELERATION`` · μ g, μ the smallest friction coefficient of the
+            robot's contacts (the ground must be able to push the body that hard).
         max_yaw_acceleration: rate limit of the commanded yaw rate [rad/s²].
         feedback_gain: Raibert correction of the touchdown point per unit velocity error
             [s]; ``None`` = √(h/g), the capture-point time constant at standing height h.
@@ -189,6 +194,8 @@ class Gait:
         self.standing_height = float(q0[2])
         self.q_standing = q0
         self.touchdown_phases = self._touchdown_phases()
+        mu = min(c.friction for c in model.contacts)
+        self.max_acceleration = min(self.config.max_acceleration, FRICTION_ACCELERATION * mu * GRAVITY)
         self.swing_duration = (1.0 - self.config.duty_factor) * self.config.period
         self.stance_duration = self.config.duty_factor * self.config.period
         g = self.config.feedback_gain
@@ -321,7 +328,7 @@ class Gait:
     def _update_base(self, t: float, dt: float, q: np.ndarray, v_world: np.ndarray) -> None:
         c = self.config
         # rate-limited command
-        step = np.array([c.max_acceleration, c.max_acceleration, c.max_yaw_acceleration]) * dt
+        step = np.array([self.max_acceleration, self.max_acceleration, c.max_yaw_acceleration]) * dt
         self.velocity_filtered += np.clip(self.velocity_command - self.velocity_filtered, -step, step)
         if self.mode == "stand":
             self.velocity_filtered[:] = 0.0

@@ -13,6 +13,31 @@ with M = [A B; Bᵀ C]. **Stage I** dissipates kinetic energy maximally (eq. 69�
     min_f ½ v⁺ᵀ M v⁺   s.t.  n_iᵀ J_i v⁺ ≥ −φ_i/Δt (non-penetration, Baumgarte §3.2),
                               f_i in the friction pyramid (μ; only n·f ≥ 0 for ∞)
 
+**What is dissipated** (option ``dissipation``, Stage I's target base velocity v_b*;
+the cost is ½‖v_b⁺ − v_b*‖²_A). Eq. 69 read literally, with the joint velocities
+prescribed, has v_b* = −A⁻¹B v_q⁺, the base velocity of zero base momentum
+(``"base_momentum"``): inside the friction cone it predicts forces that stop the base
+within one step. In closed loop (project quadruped, trot at 0.2 m/s, rigid ground) the
+predicted horizontal forces reach 500–1100 N against 17–20 N measured by the simulator,
+the torques built on them saturate and the robot falls within a second. The forward
+model the paper inverts (eq. 29, τ given) keeps sticking contacts still, J v⁺ = 0:
+``"contacts"`` takes v_b* as the least-squares base velocity that keeps the active
+contacts still given v_q⁺. It predicts standing forces to 0.5 %, but a landing or
+creeping foot is stopped within one step, which the joints' prescribed motion (damped over
+several ticks by the kinematic layer) contradicts: impulsive predictions, falls.
+``"desired"`` (default) takes v_b* = v_b + Δt q̈_des,b, the base velocity of the desired
+motion, whose stance rows the kinematic layer made consistent with the contacts: Stage I
+then finds the forces that realize the desired motion as closely as friction and
+non-penetration allow, and a contact may keep approaching the ground as fast as the
+desired motion has it (see ``_approach_bound``). Measured with each choice: DESIGN
+notes in the closing note of issue 10.
+
+**Friction margin** (``friction_margin``): minimum torques put the forces on the faces of
+the pyramid whenever the legs would rather push sideways (the project quadruped standing:
+~0.2 of the normal force). A rigid simulator holds such forces; MuJoCo's soft friction and
+real feet creep (6 mm/s measured at μ = 0.1). Stage II therefore keeps its forces that
+fraction inside the pyramid; Stage I (and a failed Stage II) still use the full pyramid.
+
 Its Hessian J_b A⁻¹ J_bᵀ has rank ≤ 6, so with more than two feet the forces are
 indeterminate (seed 000 §2.4) and a solver may cycle between equally optimal ones:
 torque chatter (Fig. 6). **Stage II** (eq. 102–112) picks, inside the optimal set, the
@@ -32,14 +57,20 @@ from __future__ import annotations
 import numpy as np
 from scipy.linalg import lapack
 
-from ..contacts import PYRAMID_ROWS
+from ..contacts import PYRAMID_ROWS, inscribed_pyramid_rows
 from ..errors import ConfigError
+from ..linalg import solve_pd
 from .. import native
 from ..qp import INF, SOLVED, QpOutcome, QpSolver
 from .base import Formulation
 
 #: relative Tikhonov term of Stage II; only breaks ties between equal-torque forces
 STAGE2_TIKHONOV = 1e-9
+#: values of the ``dissipation`` option (Stage I's target base velocity)
+DISSIPATION = native.DISSIPATION
+#: relative damping of the least-squares stance base velocity (two feet leave one
+#: rotation free; its component is set to zero, where the forces cannot act anyway)
+STANCE_DAMPING = 1e-9
 
 
 class _QpContact(Formulation):
@@ -57,6 +88,12 @@ class _QpContact(Formulation):
         # an LCP (QP optimality conditions, forces in a 4-edge pyramid) solved by Lemke
         "stage1_solver": "qp",
         "fast_path": True,       # one QP when Stage I's unconstrained optimum is feasible (exact)
+        # Stage I's target base velocity: "contacts" keeps the active contacts still (the
+        # forward model's sticking), "base_momentum" is eq. 69 as written (see module doc)
+        "dissipation": "desired",
+        # Stage II keeps its forces this fraction inside the friction pyramid when it can
+        # (minimum torques otherwise sit on the pyramid's faces, where feet creep)
+        "friction_margin": 0.2,
         "backend": "auto",       # "auto" | "native" | "python": the compiled tick (idyn_control.native)
     }
 
@@ -67,6 +104,8 @@ class _QpContact(Formulation):
         o = self.options
         if o["stage1_solver"] not in ("qp", "lemke"):
             raise ConfigError("stage1_solver", o["stage1_solver"], "must be 'qp' or 'lemke'")
+        if o["dissipation"] not in DISSIPATION:
+            raise ConfigError("dissipation", o["dissipation"], f"must be one of {DISSIPATION}")
         self._lemke = None
         qp_args = dict(solver=o["solver"], warm_start=o["warm_start"], eps_abs=o["eps_abs"])
         # Stage I: pyramid rows + one non-penetration row per contact
@@ -81,6 +120,9 @@ class _QpContact(Formulation):
         self._J = np.zeros((n, nv))
         self._f = np.zeros(n)
         self._friction_version = -1  # contact-set version the friction blocks were built for
+        #: the inscribed pyramid of eq. 72 per contact (the compiled tick reads it too)
+        self.pyramid = np.zeros_like(self.contacts.friction_rows)
+        self._pyramid_version = -1
         self._rhs = np.zeros((nb, n + 2))
         self._native = self._native_backend(native.QpContact)
 
@@ -91,6 +133,15 @@ class _QpContact(Formulation):
         if self._native is not None:
             self._native.reset()
 
+    def _refresh_pyramid(self) -> None:
+        """Eq. 72's pyramid per contact, rebuilt when the active set changed."""
+        cs = self.contacts
+        if self._pyramid_version == cs.version:
+            return
+        for i in range(cs.size):
+            self.pyramid[i] = inscribed_pyramid_rows(cs.basis[i], cs.mu[i])
+        self._pyramid_version = cs.version
+
     def _refresh_friction(self) -> None:
         """Rebuild the friction blocks of both stages only when the active set changed."""
         cs = self.contacts
@@ -99,10 +150,16 @@ class _QpContact(Formulation):
         n_rows = PYRAMID_ROWS * cs.size
         for qp in (self.stage1, self.stage2):
             cs.fill_friction_rows(qp.C[:n_rows], qp.l[:n_rows], qp.u[:n_rows],
-                                  unilateral_only=self.infinite_friction)
+                                  unilateral_only=self.infinite_friction, rows=self.pyramid)
+        margin = self.options["friction_margin"]
+        if margin and not self.infinite_friction:
+            for i in np.flatnonzero(cs.active):  # facets: (t-part) − μ n → (t-part) − (1 − m) μ n
+                r = PYRAMID_ROWS * i
+                self.stage2.C[r:r + 4, 3 * i:3 * i + 3] += margin * cs.mu[i] * cs.basis[i, 2]
         self._friction_version = cs.version
 
     def _compute(self):
+        self._refresh_pyramid()
         if self._native is not None and self.options["stage1_solver"] == "qp":
             status, iterations, solve_time = self._native.solve()
             info = self._native.info
@@ -133,20 +190,27 @@ class _QpContact(Formulation):
             sol, _ = lapack.dpotrs(chol, rhs, lower=True)
             Z = sol[:, :3 * k]                                # q̈_b = Z f + p
             p = -sol[:, 3 * k]
+            if self.options["dissipation"] == "contacts":
+                vb_star = self._stance_base_velocity(Jb, J[:, nb:] @ vq_plus)
+            elif self.options["dissipation"] == "desired":
+                vb_star = v[:nb] + dt * self.qdd_des[:nb]
+            else:
+                vb_star = -sol[:, 3 * k + 1]                  # zero base momentum (eq. 69)
             N = np.einsum("ij,ijk->ik", cs.basis[:, 2], cs.J)  # (k, nv) normal rows
+            approach = self._approach_bound(N)  # n_iᵀ J_i v⁺ ≥ approach_i [m/s]
             if self.options["stage2"] and self.options["fast_path"]:
                 self.stage2_outcome = (0, 0.0)
-                if self._at_unconstrained_optimum(Jb, N, -sol[:, 3 * k + 1]):
+                if self._at_unconstrained_optimum(Jb, N, vb_star, approach):
                     return self._finish(SOLVED, self.stage2_outcome)
                 iterations, solve_time = self.stage2_outcome  # the attempt's work counts too
-            # Stage I: ½ v⁺ᵀ M v⁺ as a function of f, scaled by 1/Δt²
+            # Stage I: ½ ‖v_b⁺ − v_b*‖²_A as a function of f, scaled by 1/Δt²
             s1 = self.stage1
             np.matmul(Jb, Z, out=s1.H)
-            s1.g[:] = Jb @ (v[:nb] + dt * p + sol[:, 3 * k + 1]) / dt
+            s1.g[:] = Jb @ (v[:nb] + dt * p - vb_star) / dt
             # non-penetration: n_iᵀ J_i v⁺ ≥ −φ_i/Δt with v⁺ = v + Δt q̈, q̈_b = Z f + p
             rows = slice(PYRAMID_ROWS * k, (PYRAMID_ROWS + 1) * k)
             np.matmul(N[:, :nb], Z, out=s1.C[rows])
-            s1.l[rows] = -cs.phi / dt**2 - N @ v / dt - N[:, :nb] @ p - N[:, nb:] @ qdd[nb:]
+            s1.l[rows] = approach / dt - N @ v / dt - N[:, :nb] @ p - N[:, nb:] @ qdd[nb:]
             s1.C[rows][~cs.active] = 0.0
             s1.l[rows][~cs.active] = -INF
             out = s1.solve() if self.options["stage1_solver"] == "qp" else self._stage1_lemke(rows)
@@ -179,6 +243,16 @@ class _QpContact(Formulation):
             if cs.n_active and self.options["stage2"]:
                 iterations, solve_time = self._stage2(J[:, :0], np.zeros(0), limited=None)
         return self._finish(status, (iterations, solve_time))
+
+    def _stance_base_velocity(self, Jb: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """v_b*: the base velocity [m/s, rad/s] that keeps the active contacts still given
+        the joints' contact velocities ``c`` = J_q v_q⁺, least squares over the active
+        rows of J_b v_b* = −c (the forward model's sticking contacts, see module doc)."""
+        w = np.repeat(self.contacts.active, 3).astype(float)
+        Jw = Jb * w[:, None]
+        G = Jw.T @ Jb
+        np.einsum("ii->i", G)[:] += STANCE_DAMPING * max(1.0, np.trace(G))
+        return -solve_pd(G, Jw.T @ c)
 
     def _stage1_lemke(self, rows: slice) -> QpOutcome:
         """Stage I as the LCP of its optimality conditions, solved by Lemke (seed 000 §6.2.1).
@@ -227,14 +301,29 @@ class _QpContact(Formulation):
         self.torque_from_dynamics(self.qdd, f_active)
         return status, effort[0], effort[1]
 
-    def _at_unconstrained_optimum(self, Jb: np.ndarray, N: np.ndarray, vb_plus: np.ndarray) -> bool:
-        """Fast path, exact: Stage I's cost ½v⁺ᵀMv⁺ is smallest at v_b⁺ = −A⁻¹B v_q⁺.
+    def _approach_bound(self, N: np.ndarray) -> np.ndarray:
+        """Lower bound of each contact's normal velocity after the step [m/s].
+
+        −φ/Δt (seed 000 §3.2: rigid, the approach stops within one step). With
+        ``dissipation="desired"`` a contact may also keep approaching as fast as the desired
+        motion has it (the kinematic layer damps a landing or sinking foot over several
+        ticks): a one-step stop would contradict the joints' prescribed motion and predict
+        an impulse the compliant ground never applies.
+        """
+        bound = -self.contacts.phi / self.dt
+        if self.options["dissipation"] == "desired":
+            np.minimum(bound, N @ (self.terms.v + self.dt * self.qdd_des), out=bound)
+        return bound
+
+    def _at_unconstrained_optimum(self, Jb: np.ndarray, N: np.ndarray, vb_plus: np.ndarray,
+                                  approach: np.ndarray) -> bool:
+        """Fast path, exact: Stage I's cost ½‖v_b⁺ − v_b*‖²_A is smallest at v_b⁺ = v_b*.
 
         If that base velocity keeps every active contact from penetrating and some
         feasible forces produce it, the Stage I optimal set is exactly
         {f feasible : J_bᵀ f = w*} with w* the base wrench it needs, so Stage II alone
         on that set gives the two-stage answer (one QP instead of two). Otherwise the
-        caller runs both stages. ``vb_plus`` = −A⁻¹B v_q⁺.
+        caller runs both stages. ``vb_plus`` = v_b*.
         """
         m, cs, dt = self.model, self.contacts, self.dt
         nb = m.n_base
@@ -242,7 +331,7 @@ class _QpContact(Formulation):
         qdd_b = qdd[:nb].copy()
         qdd[:nb] = (vb_plus - v[:nb]) / dt
         v_plus = v + dt * qdd
-        gap = N @ v_plus + cs.phi / dt
+        gap = N @ v_plus - approach
         if (gap[cs.active] < 0.0).any():
             qdd[:nb] = qdd_b
             return False

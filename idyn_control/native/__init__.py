@@ -21,6 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
+#: values of qp_coulomb/qp_noslip's ``dissipation`` option, in solvers.cpp's enum order
+DISSIPATION = ("contacts", "desired", "base_momentum")
+
 #: joint short names → kind codes of engine.cpp's JointKind
 JOINT_KINDS = {
     "JointModelFreeFlyer": 0, "JointModelRX": 1, "JointModelRY": 2, "JointModelRZ": 3,
@@ -271,11 +274,11 @@ class QpContact(_Owner):
         self.lib, self.engine, self.f = engine.lib, engine, formulation
         cs, o = formulation.contacts, formulation.options
         self.handle = self.lib.idyn_qpc_new(engine.handle, formulation.dt, int(formulation.infinite_friction),
-                                            int(bool(o["warm_start"])), float(o["eps_abs"]), _addr(cs.friction_rows),
+                                            int(bool(o["warm_start"])), float(o["eps_abs"]), _addr(formulation.pyramid),
                                             _addr(cs.basis), _addr(cs.phi))
         if not self.handle:
             raise NativeUnavailable("native qp_contact could not be created")
-        self.options = np.zeros(3)
+        self.options = np.zeros(5)
         self.info = np.zeros(5)
         self._solve = self.lib.idyn_qpc_solve
         f = formulation
@@ -286,6 +289,7 @@ class QpContact(_Owner):
     def solve(self) -> tuple[int, int, float]:
         f, o, opt = self.f, self.f.options, self.options
         opt[0], opt[1], opt[2] = bool(o["stage2"]), bool(o["torque_limits"]), bool(o["fast_path"])
+        opt[3], opt[4] = DISSIPATION.index(o["dissipation"]), o["friction_margin"]
         a = self._addrs
         status = self._solve(self.handle, a[0], a[1], f.contacts.version, a[2], self._tau_max.address(), *self._out)
         return status, int(self.info[0]), float(self.info[1])

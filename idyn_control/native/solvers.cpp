@@ -27,6 +27,9 @@ namespace pq = proxsuite::proxqp;
 constexpr double INF = 1e20;
 constexpr int PYRAMID_ROWS = 5;
 constexpr double STAGE2_TIKHONOV = 1e-9;  // as qp_contact.STAGE2_TIKHONOV
+constexpr double STANCE_DAMPING = 1e-9;   // as qp_contact.STANCE_DAMPING
+// values of qp_contact's ``dissipation`` option, in qp_contact.DISSIPATION's order
+enum Dissipation { DISSIPATE_CONTACTS = 0, DISSIPATE_DESIRED = 1, DISSIPATE_BASE_MOMENTUM = 2 };
 
 enum Status : int { SOLVED = 0, MAX_ITER = 1, INFEASIBLE = 2, FAILED = 3 };
 
@@ -262,8 +265,8 @@ struct Qpc {
   long fast_path_ticks = 0, stage2_failures = 0;
   int effort_iterations = 0;
   double effort_time = 0.0;
-  VectorXd f, qdd, qdd_b, vq_plus, p, wv, tau0, tau1, v_plus, gap, base_wrench, rhs_h;
-  MatrixXd Z, N, rhs_b;
+  VectorXd f, qdd, qdd_b, vq_plus, p, wv, tau0, tau1, v_plus, gap, base_wrench, rhs_h, vb_star, approach, cq;
+  MatrixXd Z, N, rhs_b, G;
   Eigen::LLT<MatrixXd> A_chol;
 
   Qpc(Engine* e, double dt_, bool unilateral, bool warm, double eps_abs, const double* rows, const double* basis_,
@@ -273,7 +276,12 @@ struct Qpc {
         stage2(3 * d.k, d.nb, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100), friction_rows(rows), basis(basis_),
         phi(phi_), f(VectorXd::Zero(3 * d.k)), qdd(VectorXd::Zero(d.nv)), qdd_b(d.nb), vq_plus(d.na), p(d.nb), wv(d.nb),
         tau0(d.na), tau1(d.na), v_plus(d.nv), gap(d.k), base_wrench(d.nb), rhs_h(d.nb), Z(d.nb, 3 * d.k),
-        N(d.k, d.nv), rhs_b(d.nb, 1), A_chol(d.nb) {}
+        N(d.k, d.nv), rhs_b(d.nb, 1), A_chol(d.nb) {
+    vb_star.resize(d.nb);
+    approach.resize(d.k);
+    cq.resize(3 * d.k);
+    G.resize(d.nb, d.nb);
+  }
 
   void add_effort(const Qp& qp) {
     effort_iterations += qp.iterations;
@@ -328,6 +336,8 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
   const int nv = d.nv, nb = d.nb, na = d.na, k = d.k, n = 3 * k;
   const double dt = c.dt;
   const bool stage2 = options[0] != 0.0, torque_limits = options[1] != 0.0, fast_path = options[2] != 0.0;
+  const int dissipation = static_cast<int>(options[3]);
+  const double friction_margin = options[4];
   Eigen::Map<const VectorXd> tau_max(tau_max_p, na);
   Eigen::Map<const VectorXd> phi(c.phi, k);
   c.qdd = Eigen::Map<const VectorXd>(qdd_des_p, nv);
@@ -341,6 +351,15 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
     for (Qp* qp : {&c.stage1, &c.stage2})
       fill_friction_rows(qp->C.topRows(n_rows), qp->l.head(n_rows), qp->u.head(n_rows), c.friction_rows, active, k,
                          c.unilateral_only);
+    if (friction_margin != 0.0 && !c.unilateral_only) {
+      // Stage II's facets (t-part) − μn → (t-part) − (1 − m)μn; the four facets sum to −4μn
+      for (int i = 0; i < k; ++i) {
+        if (!active[i]) continue;
+        Eigen::Vector3d mu_n = Eigen::Vector3d::Zero();
+        for (int r = 0; r < 4; ++r) mu_n -= Eigen::Map<const Eigen::Vector3d>(c.friction_rows + 15 * i + 3 * r) / 4.0;
+        for (int r = 0; r < 4; ++r) c.stage2.C.block<1, 3>(PYRAMID_ROWS * i + r, 3 * i) += friction_margin * mu_n.transpose();
+      }
+    }
     c.version = version;
   }
   bool done = false;
@@ -353,17 +372,42 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
     c.rhs_h.noalias() = B * c.qdd.tail(na);
     c.rhs_h += t.h.head(nb);
     c.p = -c.A_chol.solve(c.rhs_h);
-    c.wv.noalias() = B * c.vq_plus;
-    c.wv = c.A_chol.solve(c.wv);  // A⁻¹ B v_q⁺
+    // Stage I's target base velocity v_b* (qp_contact.DISSIPATION)
+    if (dissipation == DISSIPATE_DESIRED) {
+      c.vb_star = t.v.head(nb) + dt * c.qdd.head(nb);
+    } else if (dissipation == DISSIPATE_CONTACTS) {
+      // least squares over the active rows of J_b v_b* = −J_q v_q⁺ (contacts kept still)
+      c.cq.noalias() = t.J.rightCols(na) * c.vq_plus;
+      c.G.setZero();
+      c.wv.setZero();
+      for (int i = 0; i < k; ++i) {
+        if (!active[i]) continue;
+        const auto Jbi = t.J.block(3 * i, 0, 3, nb);
+        c.G.noalias() += Jbi.transpose() * Jbi;
+        c.wv.noalias() += Jbi.transpose() * c.cq.segment<3>(3 * i);
+      }
+      c.G.diagonal().array() += STANCE_DAMPING * std::max(1.0, c.G.trace());
+      c.vb_star = -c.G.llt().solve(c.wv);
+    } else {
+      c.wv.noalias() = B * c.vq_plus;
+      c.vb_star = -c.A_chol.solve(c.wv);  // zero base momentum: −A⁻¹ B v_q⁺
+    }
     for (int i = 0; i < k; ++i)
       c.N.row(i).noalias() = Eigen::Map<const Eigen::RowVector3d>(c.basis + 9 * i + 6) * t.J.middleRows<3>(3 * i);
+    // lower bound of each normal velocity after the step (qp_contact._approach_bound)
+    c.approach = -phi / dt;
+    if (dissipation == DISSIPATE_DESIRED) {
+      c.v_plus = t.v + dt * c.qdd;  // the desired motion
+      c.gap.noalias() = c.N * c.v_plus;
+      c.approach = c.approach.cwiseMin(c.gap);
+    }
     if (stage2 && fast_path) {
-      // fast path (exact): Stage I's optimum v_b⁺ = −A⁻¹B v_q⁺, if non-penetrating and feasible
+      // fast path (exact): Stage I's optimum v_b⁺ = v_b*, if non-penetrating and feasible
       c.qdd_b = c.qdd.head(nb);  // restored when the fast path does not apply
-      c.qdd.head(nb) = (-c.wv - t.v.head(nb)) / dt;
+      c.qdd.head(nb) = (c.vb_star - t.v.head(nb)) / dt;
       c.v_plus = t.v + dt * c.qdd;
       c.gap.noalias() = c.N * c.v_plus;
-      c.gap += phi / dt;
+      c.gap -= c.approach;
       bool penetrates = false;
       for (int i = 0; i < k; ++i) penetrates |= active[i] && c.gap[i] < 0.0;
       if (!penetrates) {
@@ -382,17 +426,17 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
       }
     }
     if (!done) {
-      // Stage I: ½ v⁺ᵀ M v⁺ as a function of f, scaled by 1/Δt²
+      // Stage I: ½ ‖v_b⁺ − v_b*‖²_A as a function of f, scaled by 1/Δt²
       Qp& s1 = c.stage1;
       s1.H.noalias() = Jb * c.Z;
-      c.v_plus.head(nb) = t.v.head(nb) + dt * c.p + c.wv;
+      c.v_plus.head(nb) = t.v.head(nb) + dt * c.p - c.vb_star;
       s1.g.noalias() = Jb * c.v_plus.head(nb);
       s1.g /= dt;
       // non-penetration: n_iᵀ J_i v⁺ ≥ −φ_i/Δt with v⁺ = v + Δt q̈, q̈_b = Z f + p
       const int r0 = PYRAMID_ROWS * k;
       s1.C.middleRows(r0, k).noalias() = c.N.leftCols(nb) * c.Z;
       c.gap.noalias() = c.N * t.v;
-      s1.l.segment(r0, k) = -phi / (dt * dt) - c.gap / dt;
+      s1.l.segment(r0, k) = c.approach / dt - c.gap / dt;
       s1.l.segment(r0, k).noalias() -= c.N.leftCols(nb) * c.p;
       s1.l.segment(r0, k).noalias() -= c.N.rightCols(na) * c.qdd.tail(na);
       for (int i = 0; i < k; ++i) {
