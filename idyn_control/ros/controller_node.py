@@ -957,8 +957,9 @@ class ControllerNode(LifecycleNode):
         world, rotation = self._meas_world, self.ctrl.formulation.contacts.rotation
         with self._lock:
             world[:] = self._meas_in
-            for i in np.flatnonzero(self._meas_local):  # contact frame → world, last tick's kinematics
-                world[i] = rotation[i] @ self._meas_in[i]
+            if self._meas_local.any():  # contact frame → world, with the last tick's kinematics
+                for i in np.flatnonzero(self._meas_local):
+                    world[i] = rotation[i] @ self._meas_in[i]
         self.ctrl.set_measured_forces(world)
 
     def _world_forces(self, forces: dict[str, tuple[np.ndarray, bool]]) -> dict[str, np.ndarray]:
