@@ -108,6 +108,14 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "world-frame surface normal at every contact (flat ground)", (-1.0, 1.0), read_only=True),
     ParamSpec("contacts.threshold", 0.5, DOUBLE,
               "a contact is active when its ~/contact_states estimate is ≥ this", (0.0, 1.0)),
+    ParamSpec("contacts.measured_wrench_topic", "~/measured_wrench/{frame}", STRING,
+              "geometry_msgs/WrenchStamped topic of each contact's measured force ({frame} = the "
+              "contact frame), read by formulations that use measured forces (sensed: seed 000 "
+              "§7.3); header.frame_id must be the contact frame or contacts.world_frame",
+              read_only=True),
+    ParamSpec("contacts.world_frame", "odom", STRING,
+              "header.frame_id of measured wrenches given in the world frame (the simulator's "
+              "or state estimator's odom frame)", read_only=True),
     # ---------------------------------------------------------------- formulation and loop
     ParamSpec("formulation", _CFG.formulation, STRING,
               "inverse-dynamics formulation, one of idyn_control.formulations.names() (see "
@@ -394,6 +402,10 @@ def validate(params: Mapping[str, Any], *, check_model: bool = True) -> list[str
         reason = check_value(spec, value)
         if reason:
             problems.append(f"{name}: {reason}")
+    topic = params.get("contacts.measured_wrench_topic")
+    if isinstance(topic, str) and "{frame}" not in topic:
+        problems.append(f"contacts.measured_wrench_topic: {topic!r} must contain {{frame}} "
+                        "(one topic per contact frame)")
     if problems or not check_model:
         return problems
     settings = resolve(params)

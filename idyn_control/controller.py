@@ -195,6 +195,22 @@ class Controller:
         self.foot_acceleration_ref[index] = acceleration
         self.swing[index] = swing
 
+    def set_measured_forces(self, forces_world) -> bool:
+        """Hand measured contact forces [N, world frame] to a formulation that uses them.
+
+        ``forces_world``: (k, 3) in the order of the configured contacts (or the
+        ``{frame: force}`` mapping the formulation accepts): the forces of the control
+        period that just ended. The ``sensed`` formulation (ID(t_{i−1}), ID(t_{i−2}), seed
+        000 §7.3) delays them by its ``delay_ticks``; a contact not active at the solve
+        keeps its entry but contributes nothing. Returns False (and ignores them) when the
+        formulation takes no measurements.
+        """
+        setter = getattr(self._formulation, "set_measured_forces", None)
+        if setter is None:
+            return False
+        setter(forces_world)
+        return True
+
     def set_gains(self, **gains: Any) -> None:
         """Change gains/weights at run time (validated; effective next tick)."""
         trial = ControllerConfig(**{**self.config.__dict__, **gains})

@@ -299,9 +299,9 @@ def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
                   "-p", f"contact_states_topic:={CONTACT_STATES_TOPIC}", "-p", f"command_topic:={COMMAND_TOPIC}"]
     ctrl_cmd = [sys.executable, "-m", "idyn_control.ros.gait_controller_node", "--ros-args",
                 "--params-file", str(params)]
-    if opts.formulation == "sensed":  # measured forces for ID(t_{i-1})
+    if opts.formulation == "sensed":  # the bridge's contact forces (world frame, odom) for ID(t_{i-1})
         for frame in model.contact_frames:
-            ctrl_cmd += ["-r", f"~/{frame}/measured_wrench:=/{BRIDGE}/contact_wrench/{frame}"]
+            ctrl_cmd += ["-r", f"~/measured_wrench/{frame}:=/{BRIDGE}/contact_wrench/{frame}"]
     logs = {name: open(out / f"{name}.log", "w") for name in ("bridge", "controller")}
     procs = {"bridge": subprocess.Popen(bridge_cmd, env=env, stdout=logs["bridge"], stderr=subprocess.STDOUT)}
 

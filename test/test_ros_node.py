@@ -781,3 +781,95 @@ def test_middleware_priority_and_loop_cpu_act_on_the_middleware_threads_only():
                 pass
         node.destroy_node()
         rclpy.shutdown(context=context)
+
+
+def test_measured_wrenches_reach_the_sensed_formulation_and_bad_ones_are_counted():
+    """sensed (ID(t_{i−1})): one WrenchStamped subscription per contact on
+    contacts.measured_wrench_topic; over DDS, measured forces stop the fallback ticks and are
+    what the formulation uses; NaN and wrong-frame messages are dropped and counted; stale
+    measurements trip the watchdog."""
+    from geometry_msgs.msg import WrenchStamped
+
+    node, context = _in_process_node({
+        "robot": "quadruped", "formulation": "sensed", "autostart": False, "loop_mode": "triggered",
+        "loop_priority": 0, "middleware_priority": 0, "lock_memory": False, "loop_cpu": -2,
+        "diagnostics_rate_hz": 0.0, "monitor_rate_hz": 0.0, "watchdog_timeout": 0.2,
+        "command_topic": "/idyn_inproc/commands"})
+    feeder = rclpy.create_node("idyn_test_feeder", context=context)
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturnSuccess()
+        m = node.model
+        topics = {s.topic_name for s in node.subscriptions}
+        assert {f"/idyn_inproc/measured_wrench/{f}" for f in m.contact_frames} <= topics
+        assert node.trigger_activate() == TransitionCallbackReturnSuccess()
+        from rclpy.executors import SingleThreadedExecutor
+
+        executor = SingleThreadedExecutor(context=context)  # triggered: ticks in the /joint_states callback
+        executor.add_node(node)
+        executor.add_node(feeder)
+        qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
+        pub_js = feeder.create_publisher(JointState, "/joint_states", qos)
+        pub_odom = feeder.create_publisher(Odometry, "/odom", qos)
+        pub_w = {f: feeder.create_publisher(WrenchStamped, f"/idyn_inproc/measured_wrench/{f}", qos)
+                 for f in m.contact_frames}
+        q = robots.standing_configuration(m, "quadruped", foot_height=0.01)
+        js = JointState(name=list(m.joint_names), position=[float(x) for x in q[m.joint_q_index]],
+                        velocity=[0.0] * m.na)
+        odom = Odometry()
+        odom.pose.pose.position.x, odom.pose.pose.position.y, odom.pose.pose.position.z = map(float, q[:3])
+        o = odom.pose.pose.orientation
+        o.x, o.y, o.z, o.w = map(float, q[3:7])
+        weight = 9.81 * sum(i.mass for i in m.pin_model.inertias)
+        forces = {f: np.array([0.1 * i, -0.2, weight / 4 + i]) for i, f in enumerate(m.contact_frames)}
+
+        def wrench(frame, force, frame_id="odom"):
+            msg = WrenchStamped()
+            msg.header.frame_id = frame_id
+            msg.wrench.force.x, msg.wrench.force.y, msg.wrench.force.z = map(float, force)
+            return msg
+
+        def feed(seconds, wrenches=None):
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                for frame, msg in (wrenches or {}).items():
+                    pub_w[frame].publish(msg)
+                pub_odom.publish(odom)
+                js.header.stamp.sec, js.header.stamp.nanosec = divmod(time.time_ns(), 1_000_000_000)
+                pub_js.publish(js)
+                for _ in range(5):
+                    executor.spin_once(timeout_sec=0.001)
+
+        counts = node._source_counts
+        feed(0.5)  # no measurement yet: every solve fails → safe output
+        assert counts["formulation"] == 0 and node._status_counts["failed"] > 0
+        before = counts["formulation"]
+        feed(0.5, {f: wrench(f, forces[f]) for f in m.contact_frames})
+        assert counts["formulation"] > before + 10, counts
+        assert node._last_source == "formulation"
+        used = node.ctrl.formulation.forces_used
+        for i, f in enumerate(m.contact_frames):
+            np.testing.assert_array_equal(used[i], forces[f])
+        # malformed: NaN, and a frame that is neither the contact's nor the world's
+        good = used.copy()
+        frame = m.contact_frames[0]
+        feed(0.3, {**{f: wrench(f, forces[f]) for f in m.contact_frames[1:]},
+                   frame: wrench(frame, [math.nan, 0.0, 10.0])})
+        feed(0.3, {**{f: wrench(f, forces[f]) for f in m.contact_frames[1:]},
+                   frame: wrench(frame, [0.0, 0.0, 99.0], frame_id="base_link")})
+        assert node._drops[("measured_wrench", "nonfinite")] > 0
+        assert node._drops[("measured_wrench", "wrong_frame")] > 0
+        np.testing.assert_array_equal(node.ctrl.formulation.forces_used, good)  # neither reached it
+        # ... meanwhile the first contact's last good measurement aged past the watchdog
+        values = node.diagnostics_values()
+        assert values["stale_ticks.measured_wrench"] > 0 and values["watchdog_trips"] >= 1
+        # in the contact frame: rotated into the world with the tick's kinematics
+        local = np.array([1.0, 2.0, 7.0])
+        feed(0.5, {**{f: wrench(f, forces[f]) for f in m.contact_frames[1:]},
+                   frame: wrench(frame, local, frame_id=frame)})
+        R = node.ctrl.formulation.contacts.rotation[0]
+        np.testing.assert_allclose(node.ctrl.formulation.forces_used[0], R @ local, atol=1e-12)
+        assert node._last_source == "formulation" and values["dropped.measured_wrench.wrong_frame"] > 0
+    finally:
+        feeder.destroy_node()
+        node.destroy_node()
+        rclpy.shutdown(context=context)

@@ -76,9 +76,16 @@ reliable publishers; references reliable, depth 1):
 - ``~/base_reference`` geometry_msgs/PoseStamped, ``~/base_twist_reference``
   geometry_msgs/TwistStamped (world frame).
 - ``~/<frame>/wrench_reference`` geometry_msgs/WrenchStamped: desired force of each force
-  contact (formulations with ``set_desired_forces``, e.g. ``pidc_qp``), and
-  ``~/<frame>/measured_wrench`` (formulations with ``set_measured_forces``, ``sensed``).
-  Forces are in the world frame, or in the contact frame when ``header.frame_id`` names it.
+  contact (formulations with ``set_desired_forces``, e.g. ``pidc_qp``), in the world frame,
+  or in the contact frame when ``header.frame_id`` names it.
+- ``contacts.measured_wrench_topic`` (default ``~/measured_wrench/<frame>``)
+  geometry_msgs/WrenchStamped, one per contact frame: the measured force of the last
+  control period (formulations with ``set_measured_forces``: ``sensed``, ID(t_{i−1}) /
+  ID(t_{i−2}) of seed 000 §7.3), forwarded through ``Controller.set_measured_forces`` every
+  tick. ``header.frame_id`` is the contact frame (rotated to the world with the last
+  tick's kinematics) or ``contacts.world_frame``; any other frame or a NaN/inf force is
+  dropped and counted. Once one has arrived, every contact's must stay fresher than
+  ``watchdog_timeout`` (a stale measurement trips the watchdog like a stale state).
 
 Outputs: ``command_topic`` std_msgs/Float64MultiArray (reliable, ``command_joints``
 order), ``~/state`` sensor_msgs/JointState (measured position/velocity, commanded
@@ -93,6 +100,7 @@ import array
 import ctypes
 import gc
 import inspect
+import math
 import os
 import threading
 import time
@@ -143,7 +151,8 @@ STATE_BUDGET_S = 150e-6        # typical cost of ~/state + contact wrenches (mea
 DIAGNOSTICS_BUDGET_S = 400e-6  # typical cost of /diagnostics
 MONITOR_MAX_DEFER_S = 0.5      # publish anyway after waiting this long for slack
 
-INPUTS = ("joint_states", "odom", "contact_states", "joint_reference", "base_reference", "wrench")
+INPUTS = ("joint_states", "odom", "contact_states", "joint_reference", "base_reference", "wrench",
+          "measured_wrench")
 DROP_REASONS = {
     "joint_states": ("missing_joint", "unknown_joint", "wrong_size", "nonfinite", "out_of_order", "malformed"),
     "odom": ("nonfinite", "bad_quaternion", "out_of_order"),
@@ -151,6 +160,7 @@ DROP_REASONS = {
     "joint_reference": ("empty", "unknown_joint", "wrong_size", "nonfinite", "time_not_increasing"),
     "base_reference": ("nonfinite", "bad_quaternion"),
     "wrench": ("nonfinite",),
+    "measured_wrench": ("nonfinite", "wrong_frame"),
 }
 STATUSES = ("solved", "max_iter", "infeasible", "failed", "exception")
 
@@ -316,7 +326,14 @@ class ControllerNode(LifecycleNode):
         self._base_ref: tuple | None = None
         self._base_pose_ref = (np.zeros(3), np.eye(3))
         self._wrench_ref: dict[str, tuple[np.ndarray, bool]] = {}
-        self._wrench_measured: dict[str, tuple[np.ndarray, bool]] = {}
+        # measured contact forces as received (contact or world frame), receive times
+        # [s, monotonic], and in the world frame for the formulation
+        self._meas_in = np.zeros((k, 3))
+        self._meas_local = np.zeros(k, dtype=bool)
+        self._meas_t = np.zeros(k)
+        self._meas_world = np.zeros((k, 3))
+        self._measured_any = False
+        self._meas_stale_ticks = 0
         self._pending_fields: dict[str, Any] = {}
         self._pending_formulation = None
         self._stats = LoopStats(self.period_s)
@@ -407,10 +424,11 @@ class ControllerNode(LifecycleNode):
                     WrenchStamped, f"~/{frame}/wrench_reference",
                     self._wrench_callback(frame, self._wrench_ref), REFERENCE_QOS))
         if hasattr(ctrl.formulation, "set_measured_forces"):
-            for frame in model.contact_frames:
+            pattern, world = settings["contacts.measured_wrench_topic"], settings["contacts.world_frame"]
+            for i, frame in enumerate(model.contact_frames):
                 self._add(self.create_subscription(
-                    WrenchStamped, f"~/{frame}/measured_wrench",
-                    self._wrench_callback(frame, self._wrench_measured), STATE_QOS))
+                    WrenchStamped, pattern.format(frame=frame),
+                    self._measured_wrench_callback(i, frame, world), STATE_QOS))
 
     def _native_loop_available(self) -> bool:
         """loop_mode native needs the compiled loop (rt.cpp) built for this ROS 2; else triggered."""
@@ -727,7 +745,7 @@ class ControllerNode(LifecycleNode):
         fast = (type(self)._apply_references is ControllerNode._apply_references
                 and self._mode == ACTIVE and not self._watchdog_tripped and not self._need_reset
                 and self._trajectory is None and self._base_ref is None and not self._wrench_ref
-                and not self._wrench_measured and not self._pending_fields and self._pending_formulation is None
+                and not self._measured_any and not self._pending_fields and self._pending_formulation is None
                 and self._last_source == "formulation")
         if fast:
             from ..native import rt
@@ -830,6 +848,11 @@ class ControllerNode(LifecycleNode):
             fresh = (have and now - t_in["joint_states"] < timeout
                      and (not m.floating_base or now - t_in["odom"] < timeout)
                      and (t_in["contact_states"] == 0.0 or now - t_in["contact_states"] < timeout))
+            # measured forces: once one arrived, every contact's (a missing one would read zero)
+            stale_forces = self._measured_any and now - self._meas_t.min() >= timeout
+            if have and stale_forces:
+                fresh = False
+                self._meas_stale_ticks += 1
             if have:
                 if self._in_rx_ns:  # a joint state no tick has used yet
                     self._used_rx_ns, self._used_cb_ns = self._in_rx_ns, self._in_cb_ns
@@ -846,7 +869,8 @@ class ControllerNode(LifecycleNode):
             if not self._watchdog_tripped:
                 self._watchdog_tripped = True
                 self._watchdog_trips += 1
-                self._log_throttled("watchdog", f"inputs stale (> {timeout * 1e3:g} ms): safe output "
+                self._log_throttled("watchdog", f"inputs stale (> {timeout * 1e3:g} ms"
+                                    f"{', measured wrenches' if stale_forces else ''}): safe output "
                                     f"({ctrl.config.safe_output}) at zero velocity")
             self._need_reset = True
             self._safe_command(self._zero_v)
@@ -925,8 +949,18 @@ class ControllerNode(LifecycleNode):
             self._base_ref = None
         if self._wrench_ref and hasattr(ctrl.formulation, "set_desired_forces"):
             ctrl.formulation.set_desired_forces(self._world_forces(self._wrench_ref))
-        if self._wrench_measured and hasattr(ctrl.formulation, "set_measured_forces"):
-            ctrl.formulation.set_measured_forces(self._world_forces(self._wrench_measured))
+        if self._measured_any:
+            self._apply_measured_forces()
+
+    def _apply_measured_forces(self) -> None:
+        """The latest measured forces, in the world frame, to the formulation (in place)."""
+        world, rotation = self._meas_world, self.ctrl.formulation.contacts.rotation
+        with self._lock:
+            world[:] = self._meas_in
+            if self._meas_local.any():  # contact frame → world, with the last tick's kinematics
+                for i in np.flatnonzero(self._meas_local):
+                    world[i] = rotation[i] @ self._meas_in[i]
+        self.ctrl.set_measured_forces(world)
 
     def _world_forces(self, forces: dict[str, tuple[np.ndarray, bool]]) -> dict[str, np.ndarray]:
         rotation = self.ctrl.formulation.contacts.rotation
@@ -1029,6 +1063,9 @@ class ControllerNode(LifecycleNode):
         for name in ("joint_states", "odom", "contact_states"):
             t = self._t_in[name]
             values[f"age_ms.{name}"] = (now - t) * 1e3 if t > 0.0 else -1.0
+        t = float(self._meas_t.min())  # the oldest contact's measured force (-1: one never came)
+        values["age_ms.measured_wrench"] = (now - t) * 1e3 if t > 0.0 else -1.0
+        values["stale_ticks.measured_wrench"] = self._meas_stale_ticks
         for (inp, reason), n in self._drops.items():
             values[f"dropped.{inp}.{reason}"] = n
         for key in ("joint_kp", "joint_kd"):
@@ -1207,6 +1244,28 @@ class ControllerNode(LifecycleNode):
             store[frame] = (force, msg.header.frame_id == frame)
             self._t_in["wrench"] = time.monotonic()
             self._rt_interrupt()
+        return callback
+
+    def _measured_wrench_callback(self, index: int, frame: str, world_frame: str):
+        """Measured force of contact ``index`` [N]: finite, in its own frame or the world's."""
+        def callback(msg: WrenchStamped) -> None:
+            f = msg.wrench.force
+            x, y, z = f.x, f.y, f.z
+            if not (math.isfinite(x) and math.isfinite(y) and math.isfinite(z)):
+                self._drop("measured_wrench", "nonfinite", lambda: f"NaN/inf force for {frame}")
+                return
+            frame_id = msg.header.frame_id
+            if frame_id != frame and frame_id != world_frame:
+                self._drop("measured_wrench", "wrong_frame", lambda: (
+                    f"frame_id {frame_id!r} on {frame}'s topic: expected {frame!r} or {world_frame!r}"))
+                return
+            now = time.monotonic()
+            with self._lock:
+                self._meas_in[index] = x, y, z
+                self._meas_local[index] = frame_id == frame
+                self._meas_t[index] = now
+                self._measured_any = True
+                self._t_in["measured_wrench"] = now
         return callback
 
     # ================================================================== parameters

@@ -3,7 +3,10 @@
 One process, deterministic: every control period the simulator state goes through
 exactly :meth:`Controller.update` (the code path of the ROS node), the torque is held
 for one control period of ``substeps`` physics steps, and the next tick reads the new
-state. Per-tick arrays are recorded in a :class:`~idyn_control.sim.metrics.Trace` and
+state. The contact forces the simulator applied over the period (averaged over its
+substeps, world frame, ``trace.f_meas``) go to :meth:`Controller.set_measured_forces`,
+so the ``sensed`` formulation's solve at tick n uses those of tick n − 1 (ID(t_{i−1})) or
+n − 2 (ID(t_{i−2})), seed 000 §7.3; the first tick has none (a fallback tick). Per-tick arrays are recorded in a :class:`~idyn_control.sim.metrics.Trace` and
 summarized with the metrics of seed 000 §8::
 
     run = run_scenario(Scenario(robot="solo12", formulation="qp_coulomb", duration=5.0))
@@ -237,6 +240,8 @@ class LockstepRunner:
                 if k:
                     trace.f_meas[n] += sim.contact_forces_array(forces)
             trace.f_meas[n] /= s.substeps
+            if k:  # the period's measured forces: the next tick's ID(t_{i-1}) (seed 000 §7.3)
+                ctrl.set_measured_forces(trace.f_meas[n])
             trace.n = n + 1
             q, v = sim.state()
             np.greater(trace.f_meas[n, :, 2], CONTACT_THRESHOLD_N, out=mask)
