@@ -15,8 +15,10 @@ Cells (quadruped, 1 kHz, seed 000 §7.3–7.6):
 - the manipulator grasping a box (§8.4.1) is not implemented: reported as not run.
 
 ``--quick``: 3 s straight trot (no waypoints) on fewer cells, for a smoke check. Every cell
-runs in a fresh process with one BLAS thread: results are reproducible cell by cell (a
-process's first run and its later ones can differ by round-off, which a fall amplifies).
+runs in a fresh process with one BLAS thread (a process's first run and its later ones can
+differ by round-off, which a fall amplifies): the ``pid``, ``lcp_*`` and ``sensed`` cells
+then repeat bit for bit. ``qp_coulomb`` does not yet: two fresh processes diverge within
+0.6 s (Python and native backends alike), so its cells vary from run to run.
 """
 
 from __future__ import annotations
