@@ -3,6 +3,7 @@
     idyn-control solve --robot solo12 --formulation qp_coulomb
     idyn-control bench --formulations qp_coulomb,wbc_qp --ticks 10000 --json results/bench.json
     idyn-control check-config config/solo12.yaml
+    idyn-control experiments seed000 [--quick] [--workers N] [--out DIR]
 """
 
 from __future__ import annotations
@@ -121,6 +122,12 @@ def cmd_bench_contacts(args) -> int:
     return 0
 
 
+def cmd_experiments(args) -> int:
+    from . import experiments
+
+    return experiments.main(args)
+
+
 def cmd_build_native(args) -> int:
     from .native import build
 
@@ -183,6 +190,13 @@ def main(argv=None) -> int:
     p.add_argument("--no-ros", action="store_true", help="lock-step in one process, no ROS")
     p.add_argument("--out", default="results/demo", help="output directory")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("experiments", help="regenerate a paper's experiments beside its numbers "
+                                            "(Markdown + JSON + PNG), over local worker processes")
+    from .experiments import add_arguments
+
+    add_arguments(p)
+    p.set_defaults(func=cmd_experiments)
 
     p = sub.add_parser("build-native", help="compile the native tick (C++: Pinocchio + ProxQP headers, ~2 min)")
     p.add_argument("--force", action="store_true", help="rebuild even if up to date")

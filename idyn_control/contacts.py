@@ -13,7 +13,7 @@ import numpy as np
 import pinocchio as pin
 
 from .dynamics import DynamicsTerms
-from .errors import UnknownNameError
+from .errors import ConfigError, UnknownNameError
 from .model import RobotModel
 from .qp import INF
 
@@ -80,6 +80,7 @@ class ContactSet:
         self.basis = np.zeros((k, 3, 3))
         self.friction_rows = np.zeros((k, PYRAMID_ROWS, 3))
         self.mu = np.zeros(k)
+        self._surface = np.full((k, 4), np.nan)  # last set_surface input (normal, μ) per contact
         for i, c in enumerate(model.contacts):
             self.basis[i] = tangent_basis(c.normal_world)
             self.set_friction(i, c.friction)
@@ -94,6 +95,29 @@ class ContactSet:
         """Change μ of one contact; rebuilds its pyramid rows (not a per-tick operation)."""
         self.mu[index] = mu
         self.friction_rows[index] = pyramid_rows(self.basis[index], mu)
+
+    def set_surface(self, index: int, normal_world: np.ndarray, mu: float) -> bool:
+        """Set the ground under contact ``index``: unit normal (world) and Coulomb μ.
+
+        The controller gets each stance foot's local normal and friction from the terrain
+        (seed 000 §7.4: "friction coefficients at points of contact"; §7.5 height map).
+        Rewrites ``basis[index]`` and its pyramid rows in place and bumps :attr:`version`
+        so that friction blocks are rebuilt, but only when something changed: returns
+        whether it did. Not a per-tick operation on a rough terrain's cells.
+        """
+        normal = np.asarray(normal_world, dtype=float)
+        if normal.shape != (3,) or not np.isfinite(normal).all() or normal @ normal < 1e-12:
+            raise ConfigError("normal_world", normal.tolist(), "must be a finite non-zero 3-vector")
+        if not (mu > 0.0):
+            raise ConfigError("mu", mu, "must be > 0")
+        last = self._surface[index]
+        if mu == last[3] and normal[0] == last[0] and normal[1] == last[1] and normal[2] == last[2]:
+            return False
+        last[:3], last[3] = normal, mu
+        self.basis[index] = tangent_basis(normal)
+        self.set_friction(index, mu)
+        self.version += 1
+        return True
 
     def set_active(self, frames: Sequence[str]) -> None:
         """Mark the named contacts active; remember their order for the results."""

@@ -211,6 +211,12 @@ class Controller:
         setter(forces_world)
         return True
 
+    def set_contact_surface(self, index: int, normal_world, mu: float) -> bool:
+        """Local ground normal (world, unit) and Coulomb μ under contact frame ``index``
+        (terrain data, seed 000 §7.4–7.5). Friction blocks are rebuilt only when they
+        change; returns whether they did."""
+        return self.formulation.contacts.set_surface(index, normal_world, mu)
+
     def set_gains(self, **gains: Any) -> None:
         """Change gains/weights at run time (validated; effective next tick)."""
         trial = ControllerConfig(**{**self.config.__dict__, **gains})

@@ -161,7 +161,7 @@ class Gait:
         velocity_filtered: (3,) the rate-limited command the references use.
         q_joint_ref, v_joint_ref: joint references from inverse kinematics.
         standing_height: base height the gait holds [m]; ground_height: foot-frame
-            height of a foot on the ground [m].
+            height of a foot on the flat ground [m] (:meth:`ground_at` adds a known terrain).
     """
 
     def __init__(self, controller, standing_q: np.ndarray, config: GaitConfig | None = None):
@@ -202,6 +202,7 @@ class Gait:
         self.feedback_gain = math.sqrt(max(self.standing_height - self.ground_height, 1e-3) / GRAVITY) if g is None else g
 
         self.mode = "stand"
+        self.terrain_height = None  # (x, y) → ground height above the flat level [m]; None: flat
         self._stop_requested = False
         self._t_stopped: float | None = None
         self._t_cycle0 = 0.0
@@ -241,6 +242,18 @@ class Gait:
         if not np.isfinite(cmd).all():
             raise ConfigError("velocity", cmd.tolist(), "must be finite")
         self.velocity_command[:] = cmd
+
+    def set_terrain(self, height_at) -> None:
+        """Known ground shape: ``height_at(x, y)`` [m] above the flat level the robot
+        started on (0 there), e.g. :meth:`HeightMap.height` (seed 000 §7.5); None = flat.
+        Touchdown targets and planted feet then follow the terrain, not a constant height."""
+        self.terrain_height = height_at
+
+    def ground_at(self, x: float, y: float) -> float:
+        """Foot-frame height of a foot standing on the ground at (x, y) [m]."""
+        if self.terrain_height is None:
+            return self.ground_height
+        return self.ground_height + float(self.terrain_height(x, y))
 
     def start(self, t: float | None = None) -> None:
         """Start trotting (at the next update, or at time ``t`` [s])."""
@@ -401,7 +414,7 @@ class Gait:
                     self._swing_start[i] = t - Ts  # past the end of the trajectory: descend
                     self._liftoff[i] = feet[i]
                     self._touchdown[i] = self._stance_position[i]
-                    self._touchdown[i, 2] = self.ground_height - c.touchdown_depth
+                    self._touchdown[i, 2] = self.ground_at(*self._touchdown[i, :2]) - c.touchdown_depth
                     self._off_ground[i] = 0
                     continue
                 self.foot_position_ref[i] = self._stance_position[i]
@@ -438,7 +451,7 @@ class Gait:
     def _plant(self, i: int, position: np.ndarray) -> None:
         self.swinging[i] = False
         self._stance_position[i] = position
-        self._stance_position[i, 2] = min(position[2], self.ground_height)
+        self._stance_position[i, 2] = min(position[2], self.ground_at(position[0], position[1]))
         self.foot_position_ref[i] = self._stance_position[i]
         self.foot_velocity_ref[i] = 0.0
         self.foot_acceleration_ref[i] = 0.0
@@ -460,7 +473,7 @@ class Gait:
             correction *= c.max_step_correction / norm
         target = np.empty(3)
         target[:2] = base_td + offset[:2] + 0.5 * self.stance_duration * hip_velocity + correction
-        target[2] = self.ground_height - c.touchdown_depth
+        target[2] = self.ground_at(target[0], target[1]) - c.touchdown_depth
         return target
 
     def _touchdown_phases(self) -> np.ndarray:

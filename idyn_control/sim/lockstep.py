@@ -33,6 +33,8 @@ from ..errors import ConfigError
 from ..gait import Gait, GaitConfig, crouched_configuration
 from .metrics import Trace, compute_metrics
 from .mujoco_model import MujocoSim, build_mujoco
+from .tasks import TASKS, make_task
+from .terrain import TERRAINS, make_terrain
 
 #: a fall: base below this fraction of its standing height above the feet, or tilted more
 FALL_HEIGHT_FRACTION = 0.5
@@ -90,6 +92,11 @@ class Scenario:
         arm_amplitude: sinusoid amplitude of every arm joint [rad]; arm_frequency [Hz]
             (seed 000 §7.2.2: the arm oscillates about three times per second).
         stop_on_fall: end the run at the first fall.
+        task: "trot" (constant ``velocity``) or "waypoints" (seed 000 §7.6, Fig. 17: a
+            :class:`~idyn_control.sim.tasks.WaypointPolicy` commands the gait every tick).
+        terrain: "plane" (``friction``, ``compliant``) or "heightmap" (seed 000 §7.5: rigid
+            bumps ≤ 3 cm, per-patch μ ~ U(0.1, 1.5), drawn from ``terrain_seed``); the
+            controller is told the local normal and μ under each foot in contact.
     """
 
     robot: str = "quadruped"
@@ -110,6 +117,9 @@ class Scenario:
     arm_amplitude: float = 0.1
     arm_frequency: float = 3.0
     stop_on_fall: bool = True
+    task: str = "trot"
+    terrain: str = "plane"
+    terrain_seed: int = 0
 
     def validate(self) -> None:
         robots.spec(self.robot)  # unknown names list the valid ones
@@ -121,6 +131,10 @@ class Scenario:
             raise ConfigError("substeps", self.substeps, "must be an integer ≥ 1")
         if len(self.velocity) != 3 or not np.all(np.isfinite(self.velocity)):
             raise ConfigError("velocity", self.velocity, "must be 3 finite values (vx, vy, yaw rate)")
+        if self.task not in TASKS:
+            raise ConfigError("task", self.task, f"must be one of {TASKS}")
+        if self.terrain not in TERRAINS:
+            raise ConfigError("terrain", self.terrain, f"must be one of {TERRAINS}")
 
 
 @dataclass
@@ -141,8 +155,10 @@ class LockstepRunner:
         self.scenario = s = scenario
         friction = 1e3 if s.friction == math.inf else s.friction
         self.robot = robots.load(s.robot, friction=friction if robots.spec(s.robot).contact_frames else None)
+        self.terrain = make_terrain(s.terrain, s.terrain_seed)
         self.sim: MujocoSim = build_mujoco(self.robot, friction=s.friction, compliant=s.compliant,
-                                           timestep=s.dt / s.substeps)
+                                           timestep=s.dt / s.substeps, terrain=self.terrain)
+        self.surface_updates = 0  # contact normal/μ changes passed to the controller
         self.legged = self.robot.floating_base
         options = formulation_options(s.robot, s.formulation)
         options.update(s.formulation_options)
@@ -155,6 +171,8 @@ class LockstepRunner:
             self.q_standing = robots.standing_configuration(self.robot, s.robot, foot_height=radius)
             self.gait = Gait(self.controller, self.q_standing, GaitConfig(**s.gait_config))
             self.q_start = crouched_configuration(self.robot, self.q_standing, s.crouch)
+            if self.terrain is not None:
+                self.gait.set_terrain(self.terrain.height)
         else:
             self.gait = None
             ready = ARM_READY.get(s.robot)
@@ -203,6 +221,7 @@ class LockstepRunner:
         next_report = 1.0
         x_report = float(q[0])
         trotting = False
+        task = make_task(s.task, ticks) if gait is not None else None
         for n in range(ticks):
             t = n * s.dt
             if gait is not None:
@@ -212,7 +231,11 @@ class LockstepRunner:
                 if trotting and s.trot_stop is not None and t >= s.trot_stop:
                     gait.stop()
                     trotting = False
+                if task is not None:
+                    gait.set_velocity(*task.command(t, q, active=trotting))
                 gait.update(t, q, v, mask)
+                if self.terrain is not None:
+                    self._feed_surfaces(mask)
             else:
                 ctrl.set_joint_reference(*self._arm_reference(t))
             t0 = time.perf_counter()
@@ -256,8 +279,14 @@ class LockstepRunner:
                 next_report += 1.0
         wall = time.perf_counter() - wall0
         metrics = compute_metrics(trace, dt=s.dt, weight=self.weight, floating_base=self.legged,
-                                  speed_window=self.speed_window(), command_velocity=s.velocity,
+                                  speed_window=self.speed_window(),
+                                  command_velocity=s.velocity if task is None else (0.0, 0.0, 0.0),
                                   fell=fell, fall_time=fall_time)
+        if task is not None:  # a cyclic path: its end-to-end displacement is no speed
+            metrics.pop("speed_m_s", None)
+            metrics.update(task.metrics(trace.t[:trace.n], trace.q[:trace.n], gait.config.period))
+        if self.terrain is not None:
+            metrics["surface_updates"] = self.surface_updates
         metrics["wall_time_s"] = wall
         metrics["real_time_factor"] = trace.n * s.dt / wall if wall > 0 else float("nan")
         return Run(scenario=s, trace=trace.trimmed(), metrics=metrics, wall_time_s=wall)
@@ -272,9 +301,19 @@ class LockstepRunner:
         start = min(s.trot_start + 1.0, 0.5 * (s.trot_start + end))
         return (start, end)
 
+    def _feed_surfaces(self, mask: np.ndarray) -> None:
+        """Tell the controller the terrain's normal and μ under each foot in contact (ground
+        truth at the foot sphere's centre, seed 000 §7.4); it rebuilds only what changed."""
+        xpos = self.sim.data.site_xpos
+        for i, c in enumerate(self.sim.contacts):
+            if mask[i]:
+                x, y = xpos[c.site_id, 0], xpos[c.site_id, 1]
+                self.surface_updates += self.controller.set_contact_surface(i, *self.terrain.surface_at(x, y))
+
     def _fallen(self, q: np.ndarray) -> bool:
+        # heights relative to the ground under the base: a bump is not a fall
         clearance = self.q_standing[2] - self.gait.ground_height
-        if q[2] - self.gait.ground_height < FALL_HEIGHT_FRACTION * clearance:
+        if q[2] - self.gait.ground_at(q[0], q[1]) < FALL_HEIGHT_FRACTION * clearance:
             return True
         R = pin.Quaternion(q[6], q[3], q[4], q[5]).toRotationMatrix()
         return bool(R[2, 2] < math.cos(FALL_TILT_RAD))

@@ -35,6 +35,7 @@ import pinocchio as pin
 
 from ..errors import ConfigError, ModelError, ShapeError, UnknownNameError
 from ..model import RobotModel
+from .terrain import HeightMap
 
 #: μ used for "infinite" friction (``friction=math.inf``): the feet do not slip under a
 #: 0.3·m·g push; 1e6 still works with elliptic cones but makes pyramidal ones unstable.
@@ -77,6 +78,7 @@ class MujocoSim:
         friction: ground friction μ used by MuJoCo (``INFINITE_FRICTION`` for "infinite").
         compliant: True when the ground was made compliant.
         dropped_collisions: URDF collision geometries MuJoCo could not load (link names).
+        terrain: the height map the ground was built from (None: plane).
         joint_body_ids: MuJoCo body id of each Pinocchio joint (index = joint id; 0 = world).
     """
 
@@ -89,6 +91,7 @@ class MujocoSim:
         self.friction = friction
         self.compliant = compliant
         self.dropped_collisions = dropped_collisions
+        self.terrain: HeightMap | None = None
         self.floating_base = robot.floating_base
 
         first_joint = 2 if robot.floating_base else 1
@@ -273,6 +276,7 @@ def build_mujoco(
     inertia: str = "pinocchio",
     ground: bool | None = None,
     integrator: str = "implicitfast",
+    terrain: HeightMap | None = None,
 ) -> MujocoSim:
     """Compile a robot model into MuJoCo (DESIGN.md §5).
 
@@ -297,6 +301,9 @@ def build_mujoco(
             fine once lumped) or ``"urdf"`` (MuJoCo's own import, ``balanceinertia`` on).
         ground: add the ground plane; default: floating-base robots only.
         integrator: MuJoCo integrator name (``"euler"``, ``"implicitfast"``, ``"rk4"``...).
+        terrain: a rigid :class:`~idyn_control.sim.terrain.HeightMap` instead of the plane
+            (seed 000 §7.5): one height-field geom per friction patch, each with its μ
+            (``friction`` is then unused by the ground).
     """
     mu = _ground_friction(friction)
     if not (np.isfinite(timestep) and timestep > 0.0):
@@ -320,6 +327,8 @@ def build_mujoco(
         raise ConfigError("foot_radius", foot_radius, "must be a finite value > 0 [m]")
     if ground is None:
         ground = robot.floating_base
+    if terrain is not None and compliant:
+        raise ConfigError("compliant", compliant, "the height map is rigid (seed 000 §7.5)")
 
     urdf_root = _parse_urdf(robot.urdf_xml)
     radii = [foot_radius if foot_radius is not None else _foot_radius(robot, urdf_root, f)
@@ -360,7 +369,10 @@ def build_mujoco(
         site = body.add_site(name=frame, pos=pos, quat=[quat[3], quat[0], quat[1], quat[2]])
         contact_specs.append((frame, geom, site, radius))
 
-    if ground:
+    tiles = []  # (spec geom, μ) of the height map's patches
+    if ground and terrain is not None:
+        tiles = _add_terrain(spec, terrain)
+    elif ground:
         spec.worldbody.add_geom(name="ground", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[0.0, 0.0, 1.0],
                                 friction=[mu, 0.005, 0.0001], condim=3, priority=1,
                                 contype=_GROUND_BIT, conaffinity=_ROBOT_BIT, rgba=[0.6, 0.6, 0.6, 1.0])
@@ -389,8 +401,34 @@ def build_mujoco(
     )
     for c in contacts:  # friction of the ground wins (priority); these matter for other objects
         model.geom_friction[c.geom_id, 0] = mu
-    _set_ground_stiffness(robot, model, contacts, mu=mu, compliant=compliant, penetration=penetration)
-    return MujocoSim(robot, model, contacts, friction=mu, compliant=compliant, dropped_collisions=dropped)
+    mu_tiles = [(geom.id, tile_mu) for geom, tile_mu in tiles]
+    _set_ground_stiffness(robot, model, contacts, mu=max([mu] + [m for _, m in mu_tiles]),
+                          compliant=compliant, penetration=penetration, patches=mu_tiles)
+    sim = MujocoSim(robot, model, contacts, friction=mu, compliant=compliant, dropped_collisions=dropped)
+    sim.terrain = terrain
+    return sim
+
+
+def _add_terrain(spec: mujoco.MjSpec, terrain: HeightMap) -> list:
+    """One height field + geom per friction patch of ``terrain`` (seed 000 §7.5).
+
+    MuJoCo normalizes height-field data to [0, 1] and scales it by ``size[2]``, rows
+    along +y: each tile stores (h − min)/(max − min) with size[2] = max − min at z = min.
+    """
+    half = 0.5 * terrain.config.patch_m
+    tiles = []
+    for row, col, (cx, cy), block, tile_mu in terrain.tiles():
+        low, span = float(block.min()), float(block.max() - block.min())
+        data = (block - low) / span if span > 1e-9 else np.zeros_like(block)
+        name = f"terrain_{row}_{col}"
+        spec.add_hfield(name=name, size=[half, half, max(span, 1e-6), 0.05],
+                        nrow=block.shape[0], ncol=block.shape[1], userdata=data.ravel().tolist())
+        geom = spec.worldbody.add_geom(name=name, type=mujoco.mjtGeom.mjGEOM_HFIELD, hfieldname=name,
+                                       pos=[cx, cy, low], friction=[tile_mu, 0.005, 0.0001], condim=3,
+                                       priority=1, contype=_GROUND_BIT, conaffinity=_ROBOT_BIT,
+                                       rgba=[0.45 + 0.3 * tile_mu / 1.5, 0.5, 0.55, 1.0])
+        tiles.append((geom, tile_mu))
+    return tiles
 
 
 def _ground_friction(friction: float) -> float:
@@ -523,7 +561,8 @@ def _stl_vertices(path: str) -> np.ndarray:
 
 
 def _set_ground_stiffness(robot: RobotModel, model: mujoco.MjModel, contacts: tuple[ContactGeom, ...],
-                          *, mu: float, compliant: bool, penetration: float) -> None:
+                          *, mu: float, compliant: bool, penetration: float,
+                          patches: list[tuple[int, float]] = ()) -> None:
     """Write solref/solimp of every geom (ground and robot alike: no mixing) and impratio.
 
     With a constant impedance d, MuJoCo's soft contact at rest sinks by
@@ -538,6 +577,9 @@ def _set_ground_stiffness(robot: RobotModel, model: mujoco.MjModel, contacts: tu
     Rigid: τ = 2·dt/√c (2·dt is the stiffest MuJoCo integrates stably), impedance
     0.95–0.99: 10–20 µm at rest for the quadruped and Solo12. Compliant: d = 0.9 and τ solved from the
     formula for f = m·g / n_contacts.
+
+    ``patches`` (geom id, μ) of a rigid height map: ``mu`` is their largest μ (it sets
+    impratio) and each patch gets the τ of its own μ, so every patch is equally rigid.
     """
     if model.opt.cone == mujoco.mjtCone.mjCONE_PYRAMIDAL:
         edges = mu * mu * (1.0 + mu * mu) / 2.0
@@ -563,3 +605,7 @@ def _set_ground_stiffness(robot: RobotModel, model: mujoco.MjModel, contacts: tu
         solimp = _RIGID_SOLIMP
     model.geom_solref[:] = solref
     model.geom_solimp[:] = solimp
+    if not compliant and model.opt.cone == mujoco.mjtCone.mjCONE_PYRAMIDAL:
+        for geom_id, patch_mu in patches:
+            c = patch_mu * patch_mu * (1.0 + patch_mu * patch_mu) / (2.0 * model.opt.impratio)
+            model.geom_solref[geom_id] = (2.0 * dt / math.sqrt(c), 1.0)

@@ -1,0 +1,173 @@
+"""Rough terrain of seed 000 §7.5: a rigid height map with smooth bumps and per-patch friction.
+
+"We also test the controllers on a rigid height map terrain with non-vertical surface
+normals and varied surface friction [...] limiting bumps to 3 cm in height [...] Friction
+values were selected [...] μ ~ U(0.1, 1.5)" (seed 000 §7.5, Fig. 13, Fig. 16).
+
+:class:`HeightMap` is the ground truth both sides read: MuJoCo builds its ground from it
+(:func:`~idyn_control.sim.mujoco_model.build_mujoco` ``terrain=``) and the controller gets
+the local normal and μ under each stance foot from :meth:`HeightMap.surface_at`, as in
+the paper ("controllers had access to identical data: [...] friction coefficients at
+points of contact", §7.4). One MuJoCo geom has one friction, so the ground is tiled into
+square patches, each a height-field geom with its own μ; the tiles share their edge
+samples, so the surface is continuous across patches.
+
+Heights are a sum of Gaussian bumps drawn from the seed, scaled so that the highest point
+is exactly ``bump_height_m`` above the flat level z = 0, and faded to flat within
+``flat_radius_m`` of the origin (where the robot stands up). Between grid samples the
+height is bilinear; the normal is constant per grid cell (from the cell's mean slope).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError, UnknownNameError
+
+TERRAINS = ("plane", "heightmap")
+
+
+@dataclass(frozen=True)
+class HeightMapConfig:
+    """Parameters of a seeded height map (defaults: seed 000 §7.5).
+
+    Attributes:
+        size_m: side of the square terrain centred on the origin [m].
+        spacing_m: grid spacing of the height samples [m].
+        patch_m: side of a friction patch (one MuJoCo geom) [m]; a multiple of spacing_m.
+        bump_height_m: highest point above the flat level [m] (seed 000: 3 cm).
+        bump_sigma_m: range of the bumps' standard deviations [m].
+        bumps_per_m2: bump density [1/m²].
+        flat_radius_m: fully flat within this distance of the origin [m]; the bumps fade
+            in over ``ramp_m`` beyond it.
+        mu_range: Coulomb friction of a patch, uniform in [low, high] (seed 000: 0.1, 1.5).
+    """
+
+    size_m: float = 2.0
+    spacing_m: float = 0.01
+    patch_m: float = 0.1
+    bump_height_m: float = 0.03
+    bump_sigma_m: tuple[float, float] = (0.05, 0.10)
+    bumps_per_m2: float = 12.0
+    flat_radius_m: float = 0.22
+    ramp_m: float = 0.08
+    mu_range: tuple[float, float] = (0.1, 1.5)
+
+    def validate(self) -> None:
+        for key in ("size_m", "spacing_m", "patch_m", "bump_height_m", "bumps_per_m2", "ramp_m"):
+            value = getattr(self, key)
+            if not (np.isfinite(value) and value > 0.0):
+                raise ConfigError(key, value, "must be finite and > 0")
+        cells = self.patch_m / self.spacing_m
+        if abs(cells - round(cells)) > 1e-9 or abs(self.size_m / self.patch_m - round(self.size_m / self.patch_m)) > 1e-9:
+            raise ConfigError("patch_m", self.patch_m, "must be a multiple of spacing_m and divide size_m")
+        lo, hi = self.mu_range
+        if not (0.0 < lo <= hi and np.isfinite(hi)):
+            raise ConfigError("mu_range", self.mu_range, "must satisfy 0 < low ≤ high < ∞")
+
+
+class HeightMap:
+    """A seeded rigid height map with per-patch friction (world frame, z up, [m]).
+
+    Attributes:
+        config: the :class:`HeightMapConfig`.
+        seed: the seed it was drawn from (same seed → same terrain).
+        heights: (n, n) samples [m], row i at y = y0 + i·spacing, column j at x = x0 + j·spacing.
+        mu: (p, p) friction per patch, row along y, column along x.
+        origin: (x0, y0), the corner of the grid [m].
+    """
+
+    def __init__(self, config: HeightMapConfig | None = None, seed: int = 0):
+        self.config = c = config or HeightMapConfig()
+        c.validate()
+        self.seed = int(seed)
+        rng = np.random.default_rng(self.seed)
+        n = int(round(c.size_m / c.spacing_m)) + 1
+        self.n_samples = n
+        self.n_patches = int(round(c.size_m / c.patch_m))
+        self.cells_per_patch = int(round(c.patch_m / c.spacing_m))
+        half = 0.5 * c.size_m
+        self.origin = (-half, -half)
+        axis = np.linspace(-half, half, n)
+        X, Y = np.meshgrid(axis, axis)  # X[i, j] = axis[j], Y[i, j] = axis[i]
+        n_bumps = max(1, int(round(c.bumps_per_m2 * c.size_m**2)))
+        centres = rng.uniform(-half, half, size=(n_bumps, 2))
+        sigmas = rng.uniform(*c.bump_sigma_m, size=n_bumps)
+        amplitudes = rng.uniform(0.5, 1.0, size=n_bumps)
+        h = np.zeros_like(X)
+        for (cx, cy), s, a in zip(centres, sigmas, amplitudes):
+            h += a * np.exp(-((X - cx) ** 2 + (Y - cy) ** 2) / (2.0 * s * s))
+        r = np.hypot(X, Y)
+        fade = np.clip((r - c.flat_radius_m) / c.ramp_m, 0.0, 1.0)
+        h *= fade * fade * (3.0 - 2.0 * fade)  # smoothstep: flat start, no kink
+        self.heights = h * (c.bump_height_m / h.max())
+        self.mu = rng.uniform(*c.mu_range, size=(self.n_patches, self.n_patches))
+        # per grid cell: mean slope → unit normal (constant over the cell)
+        s = c.spacing_m
+        dhdx = 0.5 * (np.diff(self.heights, axis=1)[:-1] + np.diff(self.heights, axis=1)[1:]) / s
+        dhdy = 0.5 * (np.diff(self.heights, axis=0)[:, :-1] + np.diff(self.heights, axis=0)[:, 1:]) / s
+        normals = np.stack((-dhdx, -dhdy, np.ones_like(dhdx)), axis=-1)
+        self.cell_normals = normals / np.linalg.norm(normals, axis=-1, keepdims=True)
+
+    # ------------------------------------------------------------------ queries
+    def _cell(self, x: float, y: float) -> tuple[int, int, float, float]:
+        s = self.config.spacing_m
+        u = (x - self.origin[0]) / s
+        w = (y - self.origin[1]) / s
+        last = self.n_samples - 2
+        j = min(max(int(math.floor(u)), 0), last)
+        i = min(max(int(math.floor(w)), 0), last)
+        return i, j, min(max(u - j, 0.0), 1.0), min(max(w - i, 0.0), 1.0)
+
+    def height(self, x: float, y: float) -> float:
+        """Ground height at (x, y) [m] (bilinear between samples; edge value outside)."""
+        i, j, fu, fw = self._cell(x, y)
+        h = self.heights
+        return float((1 - fw) * ((1 - fu) * h[i, j] + fu * h[i, j + 1])
+                     + fw * ((1 - fu) * h[i + 1, j] + fu * h[i + 1, j + 1]))
+
+    def normal(self, x: float, y: float) -> np.ndarray:
+        """Unit surface normal at (x, y), world frame (constant per grid cell)."""
+        i, j, _, _ = self._cell(x, y)
+        return self.cell_normals[i, j]
+
+    def patch(self, x: float, y: float) -> tuple[int, int]:
+        """(row, column) of the friction patch containing (x, y)."""
+        c = self.config
+        p = self.n_patches - 1
+        col = min(max(int(math.floor((x - self.origin[0]) / c.patch_m)), 0), p)
+        row = min(max(int(math.floor((y - self.origin[1]) / c.patch_m)), 0), p)
+        return row, col
+
+    def friction(self, x: float, y: float) -> float:
+        """Coulomb μ of the patch containing (x, y)."""
+        return float(self.mu[self.patch(x, y)])
+
+    def surface_at(self, x: float, y: float) -> tuple[np.ndarray, float]:
+        """(unit normal, μ) at (x, y): what the controller is told about a contact there.
+
+        Both are piecewise constant (grid cell, patch), so a planted foot's values do not
+        change from tick to tick and the controller's friction rows are rarely rebuilt.
+        """
+        return self.normal(x, y), self.friction(x, y)
+
+    def tiles(self):
+        """Yield (row, col, centre_xy, heights (m, m), μ) of every patch: one MuJoCo geom each."""
+        c, m = self.config, self.cells_per_patch
+        for row in range(self.n_patches):
+            for col in range(self.n_patches):
+                block = self.heights[row * m:row * m + m + 1, col * m:col * m + m + 1]
+                centre = (self.origin[0] + (col + 0.5) * c.patch_m, self.origin[1] + (row + 0.5) * c.patch_m)
+                yield row, col, centre, block, float(self.mu[row, col])
+
+
+def make_terrain(name: str, seed: int = 0) -> HeightMap | None:
+    """``"plane"`` → None (the flat ground plane); ``"heightmap"`` → a seeded :class:`HeightMap`."""
+    if name == "plane":
+        return None
+    if name == "heightmap":
+        return HeightMap(seed=seed)
+    raise UnknownNameError("terrain", name, TERRAINS)
