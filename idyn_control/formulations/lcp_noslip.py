@@ -118,6 +118,8 @@ class VelocityLevelContact(Formulation):
         self._u = np.zeros(nv)
         self._qdd_j = np.zeros(model.na)
         self._L_base = np.zeros((nb, nb))
+        self._sel = np.zeros(0, dtype=int)   # Find-Indices: kept tangent rows
+        self._Lk = np.zeros((0, 0))          # Cholesky factor of their Gram matrix
 
     def _reduce(self, qdd_j: np.ndarray) -> int:
         """Fill the reduced contact terms for joint accelerations ``qdd_j``; returns n."""
@@ -144,6 +146,59 @@ class VelocityLevelContact(Formulation):
             Bt = self._Bt[:n].reshape(3 * n, nb)
             Bt[:] = triangular_solve(self._L_base, Jc[:, :, :nb].reshape(3 * n, nb).T).T
         return n
+
+    def _find_indices(self, n: int) -> None:
+        """Find-Indices (seed 000 Alg. 1) on the active tangent rows: ``_sel``, ``_Lk``."""
+        nb = self.model.n_base
+        if nb:
+            self._sel, self._Lk = find_indices(self._Bt[:n, :2].reshape(2 * n, nb),
+                                               tol=self.options["rank_tol"])
+        else:  # no free motion: every tangent row is "dropped" (no force can move it)
+            self._sel, self._Lk = np.zeros(0, dtype=int), np.zeros((0, 0))
+
+    def _make_consistent(self, n: int, qdd_j: np.ndarray) -> bool:
+        """Seed 000 §4.5 in closed form: the nearest q̈_j whose stance feet can all stick.
+
+        The kept tangent rows (``_sel``) are held by their forces whatever q̈_j is, so
+        consistency is decided by the rows Find-Indices dropped alone: a dropped row is
+        r = A r_kept in the base directions (A from the Gram factor ``_Lk``), and its
+        slip t·J v⁺ = c_d − A c_k does not depend on the contact forces — it is purely
+        kinematic (legs splaying, a kinematic layer that damps foot velocity at the
+        acceleration level while the contact asks for J v⁺ = 0 in one period). It is
+        affine in q̈_j; the minimum-norm correction ‖δq̈_j‖ (eq. 46's objective) that
+        zeroes it is a least-squares solve of (#dropped × n_a) — no QP, no re-solve of
+        the LCP. Normal rows are left to the LCP (separation is allowed).
+
+        Changes ``qdd_j`` in place and re-reduces; returns True when it changed it.
+        """
+        m, M = self.model, self.terms.M
+        nb = m.n_base
+        sel = self._sel
+        dropped = np.ones(2 * n, dtype=bool)
+        dropped[sel] = False
+        if not dropped.any():
+            return False
+        c_t = self._c[:n, :2].reshape(2 * n)
+        J_t = self._Jc[:n, :2].reshape(2 * n, m.nv)
+        if sel.size:
+            T_rows = self._Bt[:n, :2].reshape(2 * n, nb)
+            # A = T_d T_kᵀ (T_k T_kᵀ)⁻¹: dropped rows in terms of the kept ones
+            A = cholesky_solve(self._Lk, T_rows[sel] @ T_rows[dropped].T).T
+            resid = c_t[dropped] - A @ c_t[sel]
+            G_full = J_t[dropped] - A @ J_t[sel]
+        else:
+            resid = c_t[dropped].copy()
+            G_full = J_t[dropped].copy()
+        scale = max(1.0, float(np.abs(self._c[:n]).max()))
+        if float(np.abs(resid).max()) <= self.options["consistency_tol"] * scale:
+            return False
+        G = G_full[:, nb:]
+        if nb:  # q̈_j also moves the free-floating base acceleration q̈₀,b = −M_bb⁻¹(M_bj q̈_j + h_b)
+            G = G - G_full[:, :nb] @ cholesky_solve(self._L_base, M[:nb, nb:])
+        delta = np.linalg.lstsq(G, -resid, rcond=1e-10)[0]
+        qdd_j += delta
+        self._reduce(qdd_j)
+        return True
 
     def _finish(self, f_world: np.ndarray, qdd_j: np.ndarray) -> None:
         """q̈ from the base rows with forces ``f_world`` (n, 3), τ from the joint rows."""
@@ -224,6 +279,7 @@ class LcpNoSlip(VelocityLevelContact):
         self.tangent_rows = np.zeros(0, dtype=int)
         self._qp_outcome = None
         self._qp_iterations = 0
+        self._after_qp = False  # the QP's q̈_j holds the rows only to its accuracy
 
     def reset(self):
         self._nonbasic[:] = False
@@ -236,30 +292,34 @@ class LcpNoSlip(VelocityLevelContact):
 
     # ------------------------------------------------------------------ per tick
     def _compute(self):
+        self.adjusted = False
+        self._after_qp = False
         if self.contacts.n_active == 0:
-            self.adjusted = False
             return self._no_contact()
         nb = self.model.n_base
         self._qdd_j[:] = self.qdd_des[nb:]
-        self.adjusted = False
-        iters, solve_time = 0, 0.0
-        for attempt in range(2):
-            n = self._reduce(self._qdd_j)
+        n = self._reduce(self._qdd_j)
+        self._find_indices(n)
+        self.tangent_rows = self._sel
+        self.adjusted = self._make_consistent(n, self._qdd_j)
+        consistent, iters, solve_time = self._solve_contacts(n)
+        if consistent:
+            return SOLVED, iters, solve_time
+        # the LCP has no solution (e.g. a fixed base pushed into a surface: no force can
+        # stop it) or a near-dependent row still slips: the QP of eq. 46–51 (rare)
+        t0 = time.perf_counter()
+        qdd_j = self._consistency_qp(n)
+        solve_time += time.perf_counter() - t0
+        iters += self._qp_iterations
+        if qdd_j is not None:
+            self._qdd_j[:] = qdd_j
+            self.adjusted = self._after_qp = True
+            self._reduce(self._qdd_j)
             consistent, it, dt_s = self._solve_contacts(n)
             iters += it
             solve_time += dt_s
             if consistent:
                 return SOLVED, iters, solve_time
-            if attempt == 1:
-                break
-            t0 = time.perf_counter()
-            qdd_j = self._consistency_qp(n)
-            solve_time += time.perf_counter() - t0
-            iters += self._qp_iterations
-            if qdd_j is None:
-                break
-            self._qdd_j[:] = qdd_j
-            self.adjusted = True
         self._fallback()
         return FAILED, iters, solve_time
 
@@ -274,8 +334,7 @@ class LcpNoSlip(VelocityLevelContact):
             Bt = self._Bt[:n]
             T_rows = Bt[:, :2].reshape(2 * n, nb)
             N_rows = Bt[:, 2]
-            sel, Lk = find_indices(T_rows, tol=self.options["rank_tol"])
-            self.tangent_rows = sel
+            sel, Lk = self._sel, self._Lk
             H = self._H[:n]
             if sel.size:
                 W = triangular_solve(Lk, T_rows[sel])  # orthonormal rows
@@ -289,15 +348,14 @@ class LcpNoSlip(VelocityLevelContact):
                 q = c_n.copy()
                 x0 = np.zeros(nb)
         else:
-            sel = np.zeros(0, dtype=int)
-            self.tangent_rows = sel
+            sel = self._sel
             H = self._H[:n]
             q = c_n.copy()
         # ---- LCP (eq. 44–45), warm-started PPM (Alg. 2) with Lemke as the fallback
         t0 = time.perf_counter()
         warm = self._nonbasic[cs.order] if self.options["warm_start"] else None
         # after the consistency QP, q is only as accurate as the QP (see below)
-        lcp_tol = scale * (self.options["consistency_tol"] * 100.0 if self.adjusted
+        lcp_tol = scale * (self.options["consistency_tol"] * 100.0 if self._after_qp
                            else self.options["lcp_tol"])
         res = self._ppm.solve(q, H=H, warm=warm, tol=lcp_tol)
         iters = res.iterations
@@ -326,7 +384,7 @@ class LcpNoSlip(VelocityLevelContact):
         else:
             slip = np.abs(c_t)
         # after the consistency QP the rows hold only to the QP's accuracy: allow 100×
-        tol = self.options["consistency_tol"] * (100.0 if self.adjusted else 1.0) * scale
+        tol = self.options["consistency_tol"] * (100.0 if self._after_qp else 1.0) * scale
         if float(slip.max(initial=0.0)) > tol:
             return False, iters, solve_time
         self._nonbasic[cs.order] = res.basis
