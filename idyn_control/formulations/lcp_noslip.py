@@ -18,9 +18,12 @@ Per tick:
 1. Find-Indices (Alg. 1): a linearly independent subset of the tangent rows, found with
    a Cholesky factor grown one bordered row at a time (:func:`find_indices`), so the
    MLCP's A block is invertible; the rest carry no force (App. E). "Independent" means
-   more than 1 % (``rank_tol``) away from the span of the kept rows: feet a fraction of
-   a millimetre off a common plane would otherwise make A nearly singular and the
-   predicted tangential forces huge (tens of kN for a 2.5 kg Solo12).
+   more than 10 % (√``rank_tol``, in the base's inverse-inertia metric) away from the
+   span of the kept rows, so a kept row's force is at most 1/rank_tol = 100× what it
+   would be alone. Feet a few millimetres off a common plane (one foot landing, two
+   feet abreast) make rows that are only 0.01–2.5 % independent; kept at a 1 % cut-off
+   they turned a small base acceleration into ±1.5 kN of tangential force on a 2.9 kg
+   quadruped standing on its front feet; genuine rows (two diagonal feet) are ≥ 65 %.
 2. The LCP is solved with the principal pivoting method warm-started from the previous
    tick's non-basic set (Alg. 2, §4.6), so indeterminate stances (four feet, or many
    points per foot) keep loading the same contacts; Lemke is the fallback.
@@ -241,10 +244,13 @@ class LcpNoSlip(VelocityLevelContact):
     defaults = {
         # PPM starts from the previous non-basic set (§4.6); False: cold start every tick
         "warm_start": True,
+        # among equivalent normal forces (indeterminate stance) return the least-norm
+        # ones — every touching foot loaded — instead of the pivoting basis' vertex
+        "spread_forces": True,
         # add Δt·J̇v to the contact velocity (seed 000 keeps J constant over Δt)
         "drift": False,
-        # Find-Indices: a tangent row within √rank_tol (1 %) of the kept rows' span is dependent
-        "rank_tol": 1e-4,
+        # Find-Indices: a tangent row within √rank_tol (10 %) of the kept rows' span is dependent
+        "rank_tol": 1e-2,
         # PPM: relative tolerance on w ≥ 0, z ≥ 0
         "lcp_tol": 1e-9,
         # tangent rows may miss by this × max(1, |c|) [m/s²] (100× after the consistency QP)
@@ -263,6 +269,7 @@ class LcpNoSlip(VelocityLevelContact):
         super().__init__(model, dt=dt, **options)
         k, nv, nb = self.contacts.size, model.nv, model.n_base
         self._ppm = PrincipalPivoting(max(k, 1), tol=self.options["lcp_tol"])
+        self._ppm_spread = PrincipalPivoting(max(k, 1), tol=self.options["lcp_tol"])
         self._lemke = Lemke(max(k, 1))
         self._nonbasic = np.zeros(k, dtype=bool)  # per configured contact, carried over ticks
         self._H = np.zeros((k, nb))
@@ -367,6 +374,8 @@ class LcpNoSlip(VelocityLevelContact):
         if not res.ok:
             return False, iters, solve_time
         z = res.z
+        if nb and self.options["spread_forces"]:
+            z = self._spread(H, res, lcp_tol)
         f_loc = self._f_loc[:n]
         f_loc[:] = 0.0
         f_loc[:, 2] = z
@@ -392,6 +401,42 @@ class LcpNoSlip(VelocityLevelContact):
         np.einsum("nij,ni->nj", cs.basis[cs.order], f_loc, out=f_world)
         self._finish(f_world, self._qdd_j)
         return True, iters, solve_time
+
+    def _spread(self, H: np.ndarray, res: LcpResult, tol: float) -> np.ndarray:
+        """The least-norm normal forces among those equivalent to the LCP's ``res.z``.
+
+        Standing on four feet the LCP is indeterminate (seed 000 §2.3.3, §4.6, Fig. 5):
+        M = H Hᵀ has rank 3, and a pivoting method returns a vertex of the solution set,
+        which loads three feet, or two, and leaves the others at exactly zero force. The
+        motion w is the same for every solution, so any z ≥ 0 that is zero where w > 0
+        and has the same base response Hᵀz is one (a "preferred distribution", §2.3.3).
+        With S the contacts at w = 0, U = [U_r N] the left singular vectors of H_S and
+        z₀ = U_r U_rᵀ z_S (the least-norm particular solution), the least-norm one,
+
+            min ½‖z_S‖²  s.t.  H_Sᵀ z_S = H_Sᵀ res.z_S,  z_S ≥ 0,
+
+        is z₀ + N u with min ½‖u‖² s.t. N u ≥ −z₀, whose dual is the PSD LCP
+        (q = z₀, M = N Nᵀ): its w *is* the answer. Unique, so forces vary continuously
+        from tick to tick, and every foot that can carry load does (a contact estimator
+        that thresholds the measured force keeps seeing it). The warm start of §4.6
+        still picks the basis; it no longer decides the distribution.
+        """
+        z, w = res.z, res.w
+        support = np.flatnonzero(w <= tol)
+        if support.size < 2:
+            return z
+        U, sv, _ = np.linalg.svd(H[support], full_matrices=True)
+        rank = int(np.count_nonzero(sv > 1e-9 * max(float(sv[0]), 1e-300))) if sv.size else 0
+        if rank >= support.size:
+            return z  # unique
+        Ur, N = U[:, :rank], U[:, rank:]
+        z0 = Ur @ (Ur.T @ z[support])
+        dual = self._ppm_spread.solve(z0, H=N)
+        if not dual.ok:
+            return z
+        out = np.zeros_like(z)
+        out[support] = np.maximum(dual.w, 0.0)
+        return out
 
     def _consistency_qp(self, n: int) -> np.ndarray | None:
         """Seed 000 §4.5, eq. 46–51: the consistent joint accelerations nearest q̈_des,j.
