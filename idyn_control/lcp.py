@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy.linalg.lapack import dpotrf, dpotrs, dtrtrs
+from scipy.linalg.blas import dtrsm, dtrsv
+from scipy.linalg.lapack import dpotrf
 
 from .qp import FAILED, MAX_ITER, SOLVED
 
@@ -36,8 +37,11 @@ REGULARIZATION = (1e-12, 1e-10, 1e-8, 1e-6)
 
 
 # ---------------------------------------------------------------- small dense linear algebra
-# Direct LAPACK calls: scipy.linalg's wrappers cost ~20 µs of checks per call, more than
-# the 6×6 solves they wrap. Callers guarantee finite inputs and non-empty shapes.
+# Direct LAPACK/BLAS calls: scipy.linalg's wrappers cost ~20 µs of checks per call, more
+# than the 6×6 solves they wrap. Triangular solves go through BLAS (dtrsv/dtrsm), not
+# LAPACK's dtrtrs/dpotrs: OpenBLAS spreads even a 6 × 24 dtrtrs over threads and
+# spin-waits for them, 3–4 ms per call on a loaded 2-core machine (it made lcp_noslip's
+# tick 9–23 ms on Solo12). Callers guarantee finite inputs and non-empty shapes.
 def cholesky_lower(A: np.ndarray) -> np.ndarray | None:
     """Lower Cholesky factor of the SPD matrix ``A``, or None when it is not SPD."""
     L, info = dpotrf(A, lower=1, clean=1)
@@ -46,12 +50,15 @@ def cholesky_lower(A: np.ndarray) -> np.ndarray | None:
 
 def cholesky_solve(L: np.ndarray, b: np.ndarray) -> np.ndarray:
     """x with L Lᵀ x = b (b: vector or matrix)."""
-    return dpotrs(L, b, lower=1)[0]
+    return triangular_solve(L, triangular_solve(L, b), transpose=True)
 
 
 def triangular_solve(L: np.ndarray, b: np.ndarray, *, transpose: bool = False) -> np.ndarray:
     """x with L x = b (or Lᵀ x = b), L lower triangular (b: vector or matrix)."""
-    return dtrtrs(L, b, lower=1, trans=1 if transpose else 0)[0]
+    trans = 1 if transpose else 0
+    if b.ndim == 1:
+        return dtrsv(L, b, lower=1, trans=trans)
+    return dtrsm(1.0, L, b, lower=1, trans_a=trans)
 
 
 @dataclass(frozen=True)

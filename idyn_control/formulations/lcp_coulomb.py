@@ -43,7 +43,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..lcp import REGULARIZATION, Lemke
 from ..qp import FAILED, SOLVED
-from .lcp_noslip import VelocityLevelContact
+from .lcp_noslip import LcpNoSlip
 
 #: tangential components (t1, t2) of the four friction directions per contact
 _DIRECTIONS = {
@@ -52,15 +52,21 @@ _DIRECTIONS = {
 }
 
 
-class LcpCoulomb(VelocityLevelContact):
-    """ID(t_i)LCP,μ of seed 000 §5 (see the module docstring)."""
+class LcpCoulomb(LcpNoSlip):
+    """ID(t_i)LCP,μ of seed 000 §5 (see the module docstring).
+
+    Shares ``lcp_noslip``'s consistency step and no-slip solve (it *is* the sticking
+    branch of this LCP); inherits its options (``rank_tol``, ``consistency_tol``,
+    ``warm_start``, ``spread_forces``, the consistency QP's) besides those below.
+    """
 
     name = "lcp_coulomb"
     respects_friction = True
     defaults = {
+        **LcpNoSlip.defaults,
         "friction_cone": "pyramid",        # "pyramid" (±t1±t2) or "inscribed" (±t1, ±t2, seed §5.1)
         "drift": False,                    # add Δt·J̇v to the contact velocity (seed: J constant over Δt)
-        "lcp_tol": 1e-8,                   # Lemke: relative acceptance tolerance of a solution
+        "lcp_tol": 1e-8,                   # Lemke and PPM: relative acceptance tolerance of a solution
         "max_pivots": 0,                   # Lemke pivot cap per attempt; 0: 50 + 10·(LCP size)
         "regularization": REGULARIZATION,  # Tikhonov ε tried in turn after a failure (relative)
     }
@@ -72,32 +78,55 @@ class LcpCoulomb(VelocityLevelContact):
                               f"valid: {sorted(_DIRECTIONS)}")
         k, nb = self.contacts.size, model.n_base
         size = 6 * k
-        self._lemke = Lemke(max(size, 1), max_iter=self.options["max_pivots"] or None,
+        self._lemke_coulomb = Lemke(max(size, 1), max_iter=self.options["max_pivots"] or None,
                             tol=self.options["lcp_tol"],
                             regularization=tuple(self.options["regularization"]))
         self._M_lcp = np.zeros((size, size))
         self._q_lcp = np.zeros(size)
         self._G = np.zeros((5 * k, nb))        # scaled normal rows, then the 4k friction rows
-        self._f_loc = np.zeros((k, 3))
-        #: the last LCP result
-        self.lcp_result = None
+        #: True when the last tick's answer was the all-sticking (no-slip) one
+        self.sticking = False
 
     def _compute(self):
+        self.adjusted = self._after_qp = self.sticking = False
         if self.contacts.n_active == 0:
             return self._no_contact()
         nb = self.model.n_base
         self._qdd_j[:] = self.qdd_des[nb:]
-        res, solve_time = self._solve_lcp(self._qdd_j)
+        n = self._reduce(self._qdd_j)
+        self._find_indices(n)
+        self.tangent_rows = self._sel
+        # stance feet are meant to stick: q̈_j consistent with that (§4.5, closed form)
+        self.adjusted = self._make_consistent(n, self._qdd_j)
+        # a no-slip solution whose forces lie in every friction cone solves eq. 64 with
+        # λ = 0 (all contacts sticking): take it — least-norm normal forces, bounded
+        # tangential ones — rather than the vertex Lemke pivots to (indeterminacy)
+        ok, iterations, solve_time = self._solve_contacts(n)
+        if ok and self._inside_cones(n):
+            self.sticking = True
+            return SOLVED, iterations, solve_time
+        res, lemke_time = self._solve_lcp(self._qdd_j)
+        iterations += res.iterations
+        solve_time += lemke_time
         if res.ok:
-            return SOLVED, res.iterations, solve_time
+            return SOLVED, iterations, solve_time
         # safe output: hold the posture (q̈_j = 0) on the same contacts — gravity
         # compensation that keeps a standing robot up — else free flight, zero forces
-        iterations = res.iterations
         self._qdd_j[:] = 0.0
         res, hold_time = self._solve_lcp(self._qdd_j)
         if not res.ok:
             self._fallback()
         return FAILED, iterations + res.iterations, solve_time + hold_time
+
+    def _inside_cones(self, n: int) -> bool:
+        """True when the forces just written (``_f_loc``, contact bases) lie in the cones."""
+        f = self._f_loc[:n]
+        mu = self.contacts.mu[self.contacts.order]
+        tol = 1e-9 * max(1.0, float(np.abs(f).max(initial=0.0)))
+        t = np.abs(f[:, :2])
+        if self.options["friction_cone"] == "pyramid":
+            return bool(np.all(t <= (mu * f[:, 2])[:, None] + tol))
+        return bool(np.all(t.sum(axis=1) <= mu * f[:, 2] + tol))
 
     def _solve_lcp(self, qdd_j: np.ndarray):
         """LCP of eq. 64 for joint accelerations ``qdd_j``; on success writes q̈, τ, forces."""
@@ -126,7 +155,7 @@ class LcpCoulomb(VelocityLevelContact):
         q[n:5 * n] = (c[:, :2] @ D.T).reshape(4 * n)
         q[5 * n:] = 0.0
         t0 = time.perf_counter()
-        res = self._lemke.solve(Mz, q)
+        res = self._lemke_coulomb.solve(Mz, q)
         solve_time = time.perf_counter() - t0
         self.lcp_result = res
         if not res.ok:

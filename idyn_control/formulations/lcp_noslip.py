@@ -18,9 +18,12 @@ Per tick:
 1. Find-Indices (Alg. 1): a linearly independent subset of the tangent rows, found with
    a Cholesky factor grown one bordered row at a time (:func:`find_indices`), so the
    MLCP's A block is invertible; the rest carry no force (App. E). "Independent" means
-   more than 1 % (``rank_tol``) away from the span of the kept rows: feet a fraction of
-   a millimetre off a common plane would otherwise make A nearly singular and the
-   predicted tangential forces huge (tens of kN for a 2.5 kg Solo12).
+   more than 10 % (√``rank_tol``, in the base's inverse-inertia metric) away from the
+   span of the kept rows, so a kept row's force is at most 1/rank_tol = 100× what it
+   would be alone. Feet a few millimetres off a common plane (one foot landing, two
+   feet abreast) make rows that are only 0.01–2.5 % independent; kept at a 1 % cut-off
+   they turned a small base acceleration into ±1.5 kN of tangential force on a 2.9 kg
+   quadruped standing on its front feet; genuine rows (two diagonal feet) are ≥ 65 %.
 2. The LCP is solved with the principal pivoting method warm-started from the previous
    tick's non-basic set (Alg. 2, §4.6), so indeterminate stances (four feet, or many
    points per foot) keep loading the same contacts; Lemke is the fallback.
@@ -118,6 +121,8 @@ class VelocityLevelContact(Formulation):
         self._u = np.zeros(nv)
         self._qdd_j = np.zeros(model.na)
         self._L_base = np.zeros((nb, nb))
+        self._sel = np.zeros(0, dtype=int)   # Find-Indices: kept tangent rows
+        self._Lk = np.zeros((0, 0))          # Cholesky factor of their Gram matrix
 
     def _reduce(self, qdd_j: np.ndarray) -> int:
         """Fill the reduced contact terms for joint accelerations ``qdd_j``; returns n."""
@@ -144,6 +149,59 @@ class VelocityLevelContact(Formulation):
             Bt = self._Bt[:n].reshape(3 * n, nb)
             Bt[:] = triangular_solve(self._L_base, Jc[:, :, :nb].reshape(3 * n, nb).T).T
         return n
+
+    def _find_indices(self, n: int) -> None:
+        """Find-Indices (seed 000 Alg. 1) on the active tangent rows: ``_sel``, ``_Lk``."""
+        nb = self.model.n_base
+        if nb:
+            self._sel, self._Lk = find_indices(self._Bt[:n, :2].reshape(2 * n, nb),
+                                               tol=self.options["rank_tol"])
+        else:  # no free motion: every tangent row is "dropped" (no force can move it)
+            self._sel, self._Lk = np.zeros(0, dtype=int), np.zeros((0, 0))
+
+    def _make_consistent(self, n: int, qdd_j: np.ndarray) -> bool:
+        """Seed 000 §4.5 in closed form: the nearest q̈_j whose stance feet can all stick.
+
+        The kept tangent rows (``_sel``) are held by their forces whatever q̈_j is, so
+        consistency is decided by the rows Find-Indices dropped alone: a dropped row is
+        r = A r_kept in the base directions (A from the Gram factor ``_Lk``), and its
+        slip t·J v⁺ = c_d − A c_k does not depend on the contact forces — it is purely
+        kinematic (legs splaying, a kinematic layer that damps foot velocity at the
+        acceleration level while the contact asks for J v⁺ = 0 in one period). It is
+        affine in q̈_j; the minimum-norm correction ‖δq̈_j‖ (eq. 46's objective) that
+        zeroes it is a least-squares solve of (#dropped × n_a) — no QP, no re-solve of
+        the LCP. Normal rows are left to the LCP (separation is allowed).
+
+        Changes ``qdd_j`` in place and re-reduces; returns True when it changed it.
+        """
+        m, M = self.model, self.terms.M
+        nb = m.n_base
+        sel = self._sel
+        dropped = np.ones(2 * n, dtype=bool)
+        dropped[sel] = False
+        if not dropped.any():
+            return False
+        c_t = self._c[:n, :2].reshape(2 * n)
+        J_t = self._Jc[:n, :2].reshape(2 * n, m.nv)
+        if sel.size:
+            T_rows = self._Bt[:n, :2].reshape(2 * n, nb)
+            # A = T_d T_kᵀ (T_k T_kᵀ)⁻¹: dropped rows in terms of the kept ones
+            A = cholesky_solve(self._Lk, T_rows[sel] @ T_rows[dropped].T).T
+            resid = c_t[dropped] - A @ c_t[sel]
+            G_full = J_t[dropped] - A @ J_t[sel]
+        else:
+            resid = c_t[dropped].copy()
+            G_full = J_t[dropped].copy()
+        scale = max(1.0, float(np.abs(self._c[:n]).max()))
+        if float(np.abs(resid).max()) <= self.options["consistency_tol"] * scale:
+            return False
+        G = G_full[:, nb:]
+        if nb:  # q̈_j also moves the free-floating base acceleration q̈₀,b = −M_bb⁻¹(M_bj q̈_j + h_b)
+            G = G - G_full[:, :nb] @ cholesky_solve(self._L_base, M[:nb, nb:])
+        delta = np.linalg.lstsq(G, -resid, rcond=1e-10)[0]
+        qdd_j += delta
+        self._reduce(qdd_j)
+        return True
 
     def _finish(self, f_world: np.ndarray, qdd_j: np.ndarray) -> None:
         """q̈ from the base rows with forces ``f_world`` (n, 3), τ from the joint rows."""
@@ -186,10 +244,13 @@ class LcpNoSlip(VelocityLevelContact):
     defaults = {
         # PPM starts from the previous non-basic set (§4.6); False: cold start every tick
         "warm_start": True,
+        # among equivalent normal forces (indeterminate stance) return the least-norm
+        # ones — every touching foot loaded — instead of the pivoting basis' vertex
+        "spread_forces": True,
         # add Δt·J̇v to the contact velocity (seed 000 keeps J constant over Δt)
         "drift": False,
-        # Find-Indices: a tangent row within √rank_tol (1 %) of the kept rows' span is dependent
-        "rank_tol": 1e-4,
+        # Find-Indices: a tangent row within √rank_tol (10 %) of the kept rows' span is dependent
+        "rank_tol": 1e-2,
         # PPM: relative tolerance on w ≥ 0, z ≥ 0
         "lcp_tol": 1e-9,
         # tangent rows may miss by this × max(1, |c|) [m/s²] (100× after the consistency QP)
@@ -208,6 +269,7 @@ class LcpNoSlip(VelocityLevelContact):
         super().__init__(model, dt=dt, **options)
         k, nv, nb = self.contacts.size, model.nv, model.n_base
         self._ppm = PrincipalPivoting(max(k, 1), tol=self.options["lcp_tol"])
+        self._ppm_spread = PrincipalPivoting(max(k, 1), tol=self.options["lcp_tol"])
         self._lemke = Lemke(max(k, 1))
         self._nonbasic = np.zeros(k, dtype=bool)  # per configured contact, carried over ticks
         self._H = np.zeros((k, nb))
@@ -224,6 +286,7 @@ class LcpNoSlip(VelocityLevelContact):
         self.tangent_rows = np.zeros(0, dtype=int)
         self._qp_outcome = None
         self._qp_iterations = 0
+        self._after_qp = False  # the QP's q̈_j holds the rows only to its accuracy
 
     def reset(self):
         self._nonbasic[:] = False
@@ -236,30 +299,34 @@ class LcpNoSlip(VelocityLevelContact):
 
     # ------------------------------------------------------------------ per tick
     def _compute(self):
+        self.adjusted = False
+        self._after_qp = False
         if self.contacts.n_active == 0:
-            self.adjusted = False
             return self._no_contact()
         nb = self.model.n_base
         self._qdd_j[:] = self.qdd_des[nb:]
-        self.adjusted = False
-        iters, solve_time = 0, 0.0
-        for attempt in range(2):
-            n = self._reduce(self._qdd_j)
+        n = self._reduce(self._qdd_j)
+        self._find_indices(n)
+        self.tangent_rows = self._sel
+        self.adjusted = self._make_consistent(n, self._qdd_j)
+        consistent, iters, solve_time = self._solve_contacts(n)
+        if consistent:
+            return SOLVED, iters, solve_time
+        # the LCP has no solution (e.g. a fixed base pushed into a surface: no force can
+        # stop it) or a near-dependent row still slips: the QP of eq. 46–51 (rare)
+        t0 = time.perf_counter()
+        qdd_j = self._consistency_qp(n)
+        solve_time += time.perf_counter() - t0
+        iters += self._qp_iterations
+        if qdd_j is not None:
+            self._qdd_j[:] = qdd_j
+            self.adjusted = self._after_qp = True
+            self._reduce(self._qdd_j)
             consistent, it, dt_s = self._solve_contacts(n)
             iters += it
             solve_time += dt_s
             if consistent:
                 return SOLVED, iters, solve_time
-            if attempt == 1:
-                break
-            t0 = time.perf_counter()
-            qdd_j = self._consistency_qp(n)
-            solve_time += time.perf_counter() - t0
-            iters += self._qp_iterations
-            if qdd_j is None:
-                break
-            self._qdd_j[:] = qdd_j
-            self.adjusted = True
         self._fallback()
         return FAILED, iters, solve_time
 
@@ -274,8 +341,7 @@ class LcpNoSlip(VelocityLevelContact):
             Bt = self._Bt[:n]
             T_rows = Bt[:, :2].reshape(2 * n, nb)
             N_rows = Bt[:, 2]
-            sel, Lk = find_indices(T_rows, tol=self.options["rank_tol"])
-            self.tangent_rows = sel
+            sel, Lk = self._sel, self._Lk
             H = self._H[:n]
             if sel.size:
                 W = triangular_solve(Lk, T_rows[sel])  # orthonormal rows
@@ -289,15 +355,14 @@ class LcpNoSlip(VelocityLevelContact):
                 q = c_n.copy()
                 x0 = np.zeros(nb)
         else:
-            sel = np.zeros(0, dtype=int)
-            self.tangent_rows = sel
+            sel = self._sel
             H = self._H[:n]
             q = c_n.copy()
         # ---- LCP (eq. 44–45), warm-started PPM (Alg. 2) with Lemke as the fallback
         t0 = time.perf_counter()
         warm = self._nonbasic[cs.order] if self.options["warm_start"] else None
         # after the consistency QP, q is only as accurate as the QP (see below)
-        lcp_tol = scale * (self.options["consistency_tol"] * 100.0 if self.adjusted
+        lcp_tol = scale * (self.options["consistency_tol"] * 100.0 if self._after_qp
                            else self.options["lcp_tol"])
         res = self._ppm.solve(q, H=H, warm=warm, tol=lcp_tol)
         iters = res.iterations
@@ -309,6 +374,8 @@ class LcpNoSlip(VelocityLevelContact):
         if not res.ok:
             return False, iters, solve_time
         z = res.z
+        if nb and self.options["spread_forces"]:
+            z = self._spread(H, res, lcp_tol)
         f_loc = self._f_loc[:n]
         f_loc[:] = 0.0
         f_loc[:, 2] = z
@@ -326,7 +393,7 @@ class LcpNoSlip(VelocityLevelContact):
         else:
             slip = np.abs(c_t)
         # after the consistency QP the rows hold only to the QP's accuracy: allow 100×
-        tol = self.options["consistency_tol"] * (100.0 if self.adjusted else 1.0) * scale
+        tol = self.options["consistency_tol"] * (100.0 if self._after_qp else 1.0) * scale
         if float(slip.max(initial=0.0)) > tol:
             return False, iters, solve_time
         self._nonbasic[cs.order] = res.basis
@@ -334,6 +401,42 @@ class LcpNoSlip(VelocityLevelContact):
         np.einsum("nij,ni->nj", cs.basis[cs.order], f_loc, out=f_world)
         self._finish(f_world, self._qdd_j)
         return True, iters, solve_time
+
+    def _spread(self, H: np.ndarray, res: LcpResult, tol: float) -> np.ndarray:
+        """The least-norm normal forces among those equivalent to the LCP's ``res.z``.
+
+        Standing on four feet the LCP is indeterminate (seed 000 §2.3.3, §4.6, Fig. 5):
+        M = H Hᵀ has rank 3, and a pivoting method returns a vertex of the solution set,
+        which loads three feet, or two, and leaves the others at exactly zero force. The
+        motion w is the same for every solution, so any z ≥ 0 that is zero where w > 0
+        and has the same base response Hᵀz is one (a "preferred distribution", §2.3.3).
+        With S the contacts at w = 0, U = [U_r N] the left singular vectors of H_S and
+        z₀ = U_r U_rᵀ z_S (the least-norm particular solution), the least-norm one,
+
+            min ½‖z_S‖²  s.t.  H_Sᵀ z_S = H_Sᵀ res.z_S,  z_S ≥ 0,
+
+        is z₀ + N u with min ½‖u‖² s.t. N u ≥ −z₀, whose dual is the PSD LCP
+        (q = z₀, M = N Nᵀ): its w *is* the answer. Unique, so forces vary continuously
+        from tick to tick, and every foot that can carry load does (a contact estimator
+        that thresholds the measured force keeps seeing it). The warm start of §4.6
+        still picks the basis; it no longer decides the distribution.
+        """
+        z, w = res.z, res.w
+        support = np.flatnonzero(w <= tol)
+        if support.size < 2:
+            return z
+        U, sv, _ = np.linalg.svd(H[support], full_matrices=True)
+        rank = int(np.count_nonzero(sv > 1e-9 * max(float(sv[0]), 1e-300))) if sv.size else 0
+        if rank >= support.size:
+            return z  # unique
+        Ur, N = U[:, :rank], U[:, rank:]
+        z0 = Ur @ (Ur.T @ z[support])
+        dual = self._ppm_spread.solve(z0, H=N)
+        if not dual.ok:
+            return z
+        out = np.zeros_like(z)
+        out[support] = np.maximum(dual.w, 0.0)
+        return out
 
     def _consistency_qp(self, n: int) -> np.ndarray | None:
         """Seed 000 §4.5, eq. 46–51: the consistent joint accelerations nearest q̈_des,j.
