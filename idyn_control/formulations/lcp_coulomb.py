@@ -26,6 +26,12 @@ Either way the returned forces satisfy ``friction_rows[i] @ f_i ≤ 0`` (to roun
 forces from a regularized solve are clipped into the pyramid before τ is computed).
 τ is computed from the dynamics with the forces returned, so the dynamics hold exactly.
 
+Known weakness: when the sticking solution is rejected (a force just outside a cone,
+or a near-dependent row slipping) Lemke's sliding answer at a very large μ (1e3 for
+"infinite") can still carry friction μ f_N of kN on a small robot (seen once per
+second on Solo12 standing); at μ = 0.1 the switch from sticking to Lemke's answer
+jumps (tens to hundreds of N) and the standing robot falls.
+
 When the LCP has no solution (Lemke ends on a ray even when regularized — e.g. desired
 accelerations that push a fixed-base robot into its contacts) the status is "failed"
 and the output is a safe fallback that still satisfies the dynamics: the same contact
