@@ -29,8 +29,9 @@ several ticks by the kinematic layer) contradicts: impulsive predictions, falls.
 motion, whose stance rows the kinematic layer made consistent with the contacts: Stage I
 then finds the forces that realize the desired motion as closely as friction and
 non-penetration allow, and a contact may keep approaching the ground as fast as the
-desired motion has it (see ``_approach_bound``). Measured with each choice: DESIGN
-notes in the closing note of issue 10.
+desired motion has it (see ``_approach_bound``). Measured, 5 s (trot from 1 s) on rigid
+μ∞ / rigid μ 0.1 / compliant μ∞ / compliant μ 0.1: ``"contacts"`` fell on all four,
+``"desired"`` walked on the first three (summed normal-force error 1.5–1.8 %).
 
 **Friction margin** (``friction_margin``): minimum torques put the forces on the faces of
 the pyramid whenever the legs would rather push sideways (the project quadruped standing:
@@ -88,8 +89,8 @@ class _QpContact(Formulation):
         # an LCP (QP optimality conditions, forces in a 4-edge pyramid) solved by Lemke
         "stage1_solver": "qp",
         "fast_path": True,       # one QP when Stage I's unconstrained optimum is feasible (exact)
-        # Stage I's target base velocity: "contacts" keeps the active contacts still (the
-        # forward model's sticking), "base_momentum" is eq. 69 as written (see module doc)
+        # Stage I's target base velocity (see module doc): "desired" the desired motion's,
+        # "contacts" keeps the active contacts still, "base_momentum" is eq. 69 as written
         "dissipation": "desired",
         # Stage II keeps its forces this fraction inside the friction pyramid when it can
         # (minimum torques otherwise sit on the pyramid's faces, where feet creep)
@@ -134,7 +135,8 @@ class _QpContact(Formulation):
             self._native.reset()
 
     def _refresh_pyramid(self) -> None:
-        """Eq. 72's pyramid per contact, rebuilt when the active set changed."""
+        """Eq. 72's pyramid per contact, rebuilt when the contact set's version changes
+        (active set, or a contact's normal or μ)."""
         cs = self.contacts
         if self._pyramid_version == cs.version:
             return
