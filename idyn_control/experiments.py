@@ -16,9 +16,9 @@ Cells (quadruped, 1 kHz, seed 000 §7.3–7.6):
 
 ``--quick``: 3 s straight trot (no waypoints) on fewer cells, for a smoke check. Every cell
 runs in a fresh process with one BLAS thread (a process's first run and its later ones can
-differ by round-off, which a fall amplifies): the ``pid``, ``lcp_*`` and ``sensed`` cells
-then repeat bit for bit. ``qp_coulomb`` does not yet: two fresh processes diverge within
-0.6 s (Python and native backends alike), so its cells vary from run to run.
+differ by round-off, which a fall amplifies) and a fixed ``PYTHONHASHSEED``: without it,
+``qp_coulomb`` cells diverged between two fresh processes within 0.6 s, ProxQP rounding
+identical problems differently with its workspace at different addresses.
 """
 
 from __future__ import annotations
@@ -222,9 +222,14 @@ def run(*, quick: bool = False, workers: int | None = None, out: str | Path = DE
     out.mkdir(parents=True, exist_ok=True)
     log(f"seed000: {len(todo)} cells ({'quick: 3 s straight trot' if quick else '30 s waypoint task'}) "
         f"on {workers} worker process(es) -> {out}")
-    # one BLAS thread per worker, one fresh process per cell: reproducible cell by cell
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = "1"
+    # one BLAS thread per worker, one fresh process per cell: reproducible cell by cell.
+    # A fixed hash seed too: string hashing decides dict layouts, hence the heap addresses
+    # ProxQP's workspace lands on, and its AVX-512 kernels round differently on differently
+    # aligned data (identical QPs gave different last bits in two processes), which a fall
+    # amplifies into a different run.
+    for var, value in (("OMP_NUM_THREADS", "1"), ("OPENBLAS_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1"),
+                       ("PYTHONHASHSEED", "0")):
+        os.environ[var] = value
     import multiprocessing
 
     wall0 = time.perf_counter()
