@@ -180,7 +180,12 @@ class LockstepRunner:
         self.surface_updates = 0  # contact normal/μ changes passed to the controller
         self.grasp = self.robot.free_box is not None
         self.legged = self.robot.floating_base and not self.grasp
+        if self.grasp:
+            self.q_start = grasp_configuration(self.robot, np.array(ARM_READY[s.robot]), self.sim.contacts[0].radius,
+                                               spec.hand.mount_link)
         options = formulation_options(s.robot, s.formulation)
+        if self.grasp and s.formulation == "pid":
+            options["gain"] = grasp_pid_gain(self.robot, self.q_start)
         options.update(s.formulation_options)
         config = ControllerConfig(formulation=s.formulation, formulation_options=options, dt=s.dt,
                                   **{**ROBOT_GAINS.get(s.robot, {}), **s.controller})
@@ -196,11 +201,9 @@ class LockstepRunner:
         else:
             self.gait = None
             ready = ARM_READY.get(s.robot)
-            self.q_start = np.array(ready) if ready is not None else self.robot.neutral()
+            if not self.grasp:
+                self.q_start = np.array(ready) if ready is not None else self.robot.neutral()
             self._gripper = np.array(["finger" in j for j in self.robot.joint_names])
-            if self.grasp:
-                self.q_start = grasp_configuration(self.robot, np.array(ready), self.sim.contacts[0].radius,
-                                                   robots.spec(s.robot).hand.mount_link)
             self.q_standing = self.q_start.copy()
             self.q_joints0 = self.q_start[self.robot.joint_q_index]
             self.q_joints_ref0 = self.q_joints0.copy()
@@ -385,6 +388,24 @@ def grasp_configuration(robot, joints: np.ndarray, tip_radius: float, mount_fram
     q[:3] = p.mean(axis=0)
     q[3:7] = pin.Quaternion(mount.rotation).coeffs()
     return q
+
+
+def grasp_pid_gain(robot, q: np.ndarray) -> np.ndarray:
+    """The ``pid`` baseline's per-joint gain k [N·m/(rad/s²)] for the grasp: the diagonal
+    of the joint-space inertia at the start ``q`` with the box's mass shared among the
+    fingertips (M + Σ_i (m/k) J_iᵀ J_i). Its default, diag(M) of the bare arm, ignores the
+    load the fingers carry (as for the legs of the legged robots, PID_OPTIONS): a finger
+    weighs 60 g, the box 750 g."""
+    pm = robot.pin_model
+    data = pm.createData()
+    M = pin.crba(pm, data, q)
+    pin.computeJointJacobians(pm, data, q)
+    pin.updateFramePlacements(pm, data)
+    share = robot.free_box.mass / len(robot.contact_frame_ids)
+    for fid in robot.contact_frame_ids:
+        J = pin.getFrameJacobian(pm, data, fid, pin.ReferenceFrame.LOCAL_WORLD_ALIGNED)[:3]
+        M += share * J.T @ J
+    return np.diag(M)[robot.n_base:].copy()
 
 
 def grasp_metrics(robot, trace: Trace) -> dict[str, Any]:
