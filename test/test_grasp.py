@@ -143,6 +143,25 @@ def test_contact_normals_turn_with_the_box(grasp):
         assert (contacts.friction_rows[i] @ f_outside > 0).any()
 
 
+@pytest.mark.parametrize("name", ("qp_coulomb", "qp_noslip", "lcp_coulomb", "lcp_noslip", "sensed", "pid",
+                                  "contact_lstsq"))
+def test_formulations_hold_the_dynamics_with_the_box(grasp, name):
+    """Every formulation the grasp uses (and the LCPs) satisfies M q̈ + h = Sᵀ τ + Σ J_iᵀ f_i
+    with the fingertips on the box: the box rows, unactuated, are balanced by −f_i alone."""
+    from idyn_control import formulations
+
+    q, v, rng = _state(grasp, 6)
+    v *= 0.1
+    f = formulations.make(name, grasp)
+    if name == "sensed":
+        f.set_measured_forces(rng.uniform(0.0, 3.0, (4, 3)))
+    r = f.solve(q, v, rng.standard_normal(grasp.nv), grasp.contact_frames)
+    assert r.ok, r.status
+    residual = (f.terms.M @ r.qdd + f.terms.h - np.concatenate((np.zeros(6), r.tau))
+                - f.stacked_jacobian().T @ r.forces.reshape(-1))
+    assert np.abs(residual).max() <= 1e-9 * max(1.0, np.abs(f.terms.h).max())
+
+
 def test_contact_against_a_body_needs_a_free_body_and_a_unit_normal(grasp):
     xml = grasp.urdf_xml
     with pytest.raises(ModelError):  # panda_joint1 is no free body
