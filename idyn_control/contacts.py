@@ -3,6 +3,11 @@
 Layer 2 of DESIGN.md §3. Buffers are sized for every configured contact; an ``active``
 mask says which touch now, so QPs keep their size (and warm start) across switches.
 All vectors are in the world frame (Pinocchio's LOCAL_WORLD_ALIGNED at the contact point).
+
+A contact against a free body of the model (a grasped box, seed 000 §7.2.2) has the
+Jacobian of the point's velocity relative to the body's material point under it, the drift
+of that relative acceleration, and the body's surface normal rotated into the world:
+its tangent basis and pyramid rows follow the body every tick.
 """
 
 from __future__ import annotations
@@ -85,6 +90,12 @@ class ContactSet:
             self.basis[i] = tangent_basis(c.normal_world)
             self.set_friction(i, c.friction)
         self._J6 = np.zeros((6, nv))
+        self._Jb = np.zeros((6, nv))
+        # contacts against a free body: (index, body joint id, body frame id, normal in the body frame)
+        pm = model.pin_model
+        self._relative = [(i, jid, int(pm.getFrameId(pm.names[jid], pin.FrameType.JOINT)),
+                           np.asarray(c.normal_body, dtype=float))
+                          for i, (c, jid) in enumerate(zip(model.contacts, model.contact_body_joint_ids)) if jid]
         self._order = np.zeros(k, dtype=int)  # active contacts, in the caller's order
         self.n_active = 0
         #: incremented whenever the active set is set: QP blocks that depend on it are
@@ -157,6 +168,28 @@ class ContactSet:
             oMf = data.oMf[fid]
             self.position[i] = oMf.translation
             self.rotation[i] = oMf.rotation
+        if self._relative:
+            self._update_relative(pm, data)
+
+    def _update_relative(self, pm, data) -> None:
+        """Subtract the body's point motion from contacts against a free body; turn their
+        normals with the body (the pyramid rows change, so :attr:`version` moves on)."""
+        lwa = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
+        for i, jid, bid, normal_body in self._relative:
+            oMb = data.oMf[bid]
+            r = self.position[i] - oMb.translation  # body origin → contact point [m]
+            self._Jb[:] = pin.getFrameJacobian(pm, data, bid, lwa)
+            # v_point = v_origin + ω × r = v_origin − [r]× ω
+            self.J[i] -= self._Jb[:3] + np.cross(self._Jb[3:].T, r).T
+            twist = pin.getFrameVelocity(pm, data, bid, lwa)
+            w = twist.angular
+            alpha = pin.getFrameAcceleration(pm, data, bid, lwa).angular
+            a_origin = pin.getFrameClassicalAcceleration(pm, data, bid, lwa).linear
+            # classical acceleration of the body's material point at r (zero q̈)
+            self.drift[i] -= a_origin + np.cross(alpha, r) + np.cross(w, np.cross(w, r))
+            self.basis[i] = tangent_basis(oMb.rotation @ normal_body)
+            self.friction_rows[i] = pyramid_rows(self.basis[i], self.mu[i])
+        self.version += 1
 
     def fill_friction_rows(self, C: np.ndarray, lo: np.ndarray, hi: np.ndarray, *,
                            unilateral_only: bool = False, rows: np.ndarray | None = None) -> None:

@@ -12,7 +12,10 @@ Cells (quadruped, 1 kHz, seed 000 §7.3–7.6):
   ID(t_{i−1}), ID(t_{i−2}), PID — × 4 grounds — rigid/compliant × μ = 0.1/∞ — on the 30 s
   waypoint task (Fig. 17): Tables 3, 4, 5, Fig. 17;
 - height map (§7.5, Fig. 16): ID(t_i)QP,μ, ID(t_{i−1}) and PID on three terrain seeds;
-- the manipulator grasping a box (§8.4.1) is not implemented: reported as not run.
+- the manipulator grasping a box (§7.2.2, §8.4.1, Fig. 18): Panda arm + four-finger hand
+  holding a free 6000 kg/m³ box, sinusoidal arm trajectory, ID(t_i)QP,μ, ID(t_{i−1}) and
+  PID × μ = ∞ / 1.0, 3 s (also with ``--quick``): tracking error, when the box drops and
+  the fingertip normal-force prediction error beside the paper's qualitative result.
 
 ``--quick``: 3 s straight trot (no waypoints) on fewer cells, for a smoke check. Every cell
 runs in a fresh process with one BLAS thread (a process's first run and its later ones can
@@ -64,8 +67,10 @@ HEIGHTMAP_SEEDS = (0, 1, 2)
 QUICK_CONTROLLERS = ("qp_coulomb", "lcp_coulomb", "sensed_1", "pid")
 QUICK_GROUNDS = ("rigid_mu0.1", "rigid_inf")
 
-MANIPULATOR_NOT_RUN = ("not run: seed 000 §8.4.1 (arm grasping a 6000 kg/m³ box, μ = ∞ and 1.0) needs a "
-                       "grasped free body and finger contacts in the lock-step scene; not implemented yet")
+#: the manipulator of seed 000 §8.4.1: controllers, box frictions (key → (label, μ)), duration
+MANIPULATOR_CONTROLLERS = ("qp_coulomb", "sensed_1", "pid")
+MANIPULATOR_FRICTIONS: dict[str, tuple[str, float]] = {"mu_inf": ("μ = ∞", math.inf), "mu1.0": ("μ = 1.0", 1.0)}
+MANIPULATOR_DURATION_S = 3.0
 
 #: seed 000 §8, transcribed from the paper (None: "–", the quadruped fell)
 PAPER: dict[str, Any] = {
@@ -101,6 +106,16 @@ PAPER: dict[str, Any] = {
     },
     "table5_weight_N": 47.0882,
     "heightmap_note": "Fig. 16: ID(t_i) reduced tracking error below PID by 19 %; only ID(t_i−1) tracked better",
+    # §8.4.1 and Fig. 18 (qualitative only: the paper gives no numbers)
+    "manipulator": {
+        "mu_inf": {"pid": "large tracking errors while grasping",
+                   "sensed_1": "large errors: excessive forces on the sticky object",
+                   "qp_coulomb": "Table 6 (appendix): PASS"},
+        "mu1.0": {"pid": "drops the box at about 1.5 s; tracking error stays high after the drop",
+                  "sensed_1": "does not drop the box in 3 s; same accuracy as ID(t_i)QP,μ",
+                  "qp_coulomb": "drops the box at about 1.5 s; tracking error converges to zero after the drop "
+                                "(Table 6: PASS †)"},
+    },
 }
 
 #: how our metrics are computed (printed in the report beside the tables)
@@ -116,6 +131,10 @@ METRIC_DEFINITIONS = {
                "control period that follows the prediction; relative = that mean / the mean measured sum "
                "(flat ground: normal = world z). Only ticks where the formulation answered (fallback ticks "
                "predict 0).",
+    "Manipulator": "box dropped: first tick its centre is > 2 cm from the fingertips' centroid; arm error = "
+                   "Σ over the 7 arm joints of |θ − θ_des| [rad], mean over the run, over the ticks the box is "
+                   "held, and over the last 0.5 s; fingertip normal error = mean |f_pred·n − f_meas·n| per "
+                   "touching fingertip (n: the box face normal) while held, relative to the mean measured one.",
 }
 
 
@@ -124,11 +143,12 @@ class Cell:
     """One closed-loop run of the experiment.
 
     Attributes:
-        group: "planar" or "heightmap".
+        group: "planar", "heightmap" or "manipulator".
         controller: a key of :data:`CONTROLLERS`.
-        ground: a key of :data:`GROUNDS` (planar) or "seed<k>" (height map).
+        ground: a key of :data:`GROUNDS` (planar), "seed<k>" (height map) or of
+            :data:`MANIPULATOR_FRICTIONS` (the box's μ).
         duration_s: simulated time [s].
-        task: "waypoints" (seed 000 §7.6) or "trot" (straight, ``--quick``).
+        task: "waypoints" (seed 000 §7.6), "trot" (straight, ``--quick``) or "grasp".
         terrain_seed: seed of the height map.
     """
 
@@ -152,6 +172,8 @@ def cells(quick: bool = False, only: tuple[str, ...] = ()) -> list[Cell]:
     seeds = HEIGHTMAP_SEEDS[:1] if quick else HEIGHTMAP_SEEDS
     out += [Cell("heightmap", c, f"seed{k}", duration, task, terrain_seed=k)
             for k in seeds for c in HEIGHTMAP_CONTROLLERS]
+    out += [Cell("manipulator", c, g, MANIPULATOR_DURATION_S, "grasp")
+            for g in MANIPULATOR_FRICTIONS for c in MANIPULATOR_CONTROLLERS]
     if only:
         out = [c for c in out if any(fnmatch.fnmatch(c.id, p) for p in only)]
     return out
@@ -165,6 +187,8 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     from .sim.lockstep import LockstepRunner, Scenario
 
     label, formulation, options = CONTROLLERS[cell.controller]
+    if cell.group == "manipulator":
+        return _run_manipulator_cell(cell)
     overrides = GROUNDS[cell.ground][1] if cell.group == "planar" else {"terrain": "heightmap",
                                                                        "terrain_seed": cell.terrain_seed}
     scenario = Scenario(robot="quadruped", formulation=formulation, formulation_options=dict(options),
@@ -199,6 +223,36 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     return out
 
 
+def _run_manipulator_cell(cell: Cell) -> dict[str, Any]:
+    """The grasp of seed 000 §8.4.1 in lock-step MuJoCo; series: the arm's tracking error."""
+    from .sim.lockstep import LockstepRunner, Scenario
+
+    label, formulation, options = CONTROLLERS[cell.controller]
+    scenario = Scenario(robot="panda_grasp", formulation=formulation, formulation_options=dict(options),
+                        duration=cell.duration_s, friction=MANIPULATOR_FRICTIONS[cell.ground][1])
+    out: dict[str, Any] = {"id": cell.id, "cell": asdict(cell), "label": label}
+    wall0 = time.perf_counter()
+    try:
+        runner = LockstepRunner(scenario)
+        run = runner.run()
+    except Exception as exc:  # noqa: BLE001 - an experiment reports a broken cell, it does not stop
+        out.update(error=f"{type(exc).__name__}: {exc}", wall_time_s=time.perf_counter() - wall0)
+        return out
+    tr, m = run.trace, run.metrics
+    n, step = tr.n, 10
+    arm = np.array(["finger" not in j for j in runner.robot.joint_names])
+    err = np.abs(tr.q[:n, 7:][:, arm] - tr.q_ref[:n, arm]).sum(axis=1)
+    blocks = n // step
+    out.update(
+        metrics=_json_safe(m), fell=False, box_dropped=bool(m["box_dropped"]), box_drop_time_s=m["box_drop_time_s"],
+        simulated_s=float(n * scenario.dt), fallback_fraction=float(tr.fallback[:n].mean()) if n else 0.0,
+        wall_time_s=time.perf_counter() - wall0,
+        series={"t_err": (tr.t[:blocks * step:step] + 0.5 * step * scenario.dt).round(4).tolist(),
+                "arm_error_rad": err[:blocks * step].reshape(blocks, step).mean(axis=1).round(6).tolist()},
+    )
+    return out
+
+
 def _json_safe(d: dict[str, Any]) -> dict[str, Any]:
     def conv(v):
         if isinstance(v, (np.floating, float)):
@@ -220,7 +274,8 @@ def run(*, quick: bool = False, workers: int | None = None, out: str | Path = DE
     workers = max(1, min(workers or os.cpu_count() or 1, max(len(todo), 1)))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    log(f"seed000: {len(todo)} cells ({'quick: 3 s straight trot' if quick else '30 s waypoint task'}) "
+    log(f"seed000: {len(todo)} cells ({'quick: 3 s straight trot' if quick else '30 s waypoint task'}; "
+        f"manipulator {MANIPULATOR_DURATION_S:g} s) "
         f"on {workers} worker process(es) -> {out}")
     # one BLAS thread per worker, one fresh process per cell: reproducible cell by cell.
     # A fixed hash seed too: string hashing decides dict layouts, hence the heap addresses
@@ -254,7 +309,6 @@ def run(*, quick: bool = False, workers: int | None = None, out: str | Path = DE
                  "robot": "quadruped", "control_rate_hz": 1000, "task": todo[0].task if todo else None},
         "paper": PAPER,
         "metric_definitions": METRIC_DEFINITIONS,
-        "manipulator": MANIPULATOR_NOT_RUN,
         "cells": [{k: v for k, v in r.items() if k != "series"} for r in ordered],
     }
     (out / "seed000.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
@@ -270,6 +324,10 @@ def run(*, quick: bool = False, workers: int | None = None, out: str | Path = DE
 def _outcome(r: dict[str, Any]) -> str:
     if "error" in r:
         return f"ERROR {r['error']}"
+    if r["cell"]["group"] == "manipulator":
+        if r.get("box_dropped"):
+            return f"dropped the box at {r['box_drop_time_s']:.2f} s"
+        return f"held the box {r['simulated_s']:.1f} s"
     if r.get("fell"):
         return f"fell at {r['fall_time_s']:.2f} s"
     m = r.get("metrics", {})
@@ -326,6 +384,8 @@ def format_markdown(report: dict[str, Any], figures: list[str]) -> str:
     lines += ["## Walks / falls", "", "| cell | outcome | waypoints | speed while walking [m/s] (cmd 0.2) "
               "| fallback ticks | wall [s] | note |", "|---|---|---|---|---|---|---|"]
     for c in report["cells"]:
+        if c["cell"]["group"] == "manipulator":
+            continue
         m = c.get("metrics", {})
         speed = m.get("speed_moving_m_s", m.get("speed_along_command_m_s"))
         lines.append(f"| {c['id']} ({c['label']}) | {_outcome(c)} | {m.get('waypoints_reached', '')} | "
@@ -398,10 +458,38 @@ def format_markdown(report: dict[str, Any], figures: list[str]) -> str:
                          f"{_fmt(m.get('joint_velocity_error_rad_s'), '.4f')} | {_fmt(m.get('torque_rate_mean_Nm_s'), '.1f')} | "
                          f"{m.get('surface_updates', '')} |")
         lines.append("")
-    lines += ["## Manipulator (§8.4.1)", "", report["manipulator"], ""]
+    lines += _manipulator_markdown(report)
     if figures:
         lines += ["## Figures", ""] + [f"![{f}]({f})" for f in figures] + [""]
     return "\n".join(lines)
+
+
+def _manipulator_markdown(report: dict[str, Any]) -> list[str]:
+    """§8.4.1: per box friction and controller, ours beside the paper's qualitative result."""
+    cs = [c for c in report["cells"] if c["cell"]["group"] == "manipulator"]
+    lines = ["## Manipulator grasping a box (§8.4.1, Fig. 18)", ""]
+    if not cs:
+        return lines + ["not run (no manipulator cell selected).", ""]
+    lines += ["Panda arm (7 DoF) + four 1-DoF fingers with spherical tips holding a free 5 cm box of "
+              "6000 kg/m³ (0.75 kg); every arm joint follows a 0.1 rad, 3 Hz sinusoid (ramped in over "
+              "0.5 s), the fingers are referenced 0.05 rad further closed than touching, with zero "
+              "velocity and acceleration. The controller is told which fingertips touch the box "
+              "(closest features ≤ 0.5 mm). 3 s, 1 kHz lock-step MuJoCo.", "",
+              "| box μ | controller | outcome | arm error mean / while held / last 0.5 s [rad] "
+              "| fingertip normal error (rel.) | paper (qualitative) |", "|---|---|---|---|---|---|"]
+    for c in cs:
+        g, ctrl = c["cell"]["ground"], c["cell"]["controller"]
+        m = c.get("metrics", {})
+        rel = m.get("tip_normal_error_rel")
+        force = (f"{_fmt(m.get('tip_normal_error_N'), '.2f')} N ({100 * rel:.0f} % of "
+                 f"{_fmt(m.get('tip_normal_measured_N'), '.2f')} N)") if rel is not None else "–"
+        if ctrl == "pid" and rel is not None:
+            force += " (PID: what τ would produce, not a prediction it uses)"
+        paper = report["paper"]["manipulator"].get(g, {}).get(ctrl, "")
+        lines.append(f"| {MANIPULATOR_FRICTIONS[g][0]} | {c['label']} | {_outcome(c)} | "
+                     f"{_fmt(m.get('arm_error_sum_rad_mean'), '.4f')} / {_fmt(m.get('arm_error_sum_rad_mean_held'), '.4f')}"
+                     f" / {_fmt(m.get('arm_error_sum_rad_last_0_5s'), '.4f')} | {force} | {paper} |")
+    return lines + [""]
 
 
 def plot_figures(results: list[dict[str, Any]], out: Path) -> list[str]:
@@ -455,6 +543,28 @@ def plot_figures(results: list[dict[str, Any]], out: Path) -> list[str]:
         fig.savefig(out / "fig17_com_paths.png", dpi=110)
         plt.close(fig)
         written.append("fig17_com_paths.png")
+    man = [r for r in results if r["cell"]["group"] == "manipulator" and r.get("series")]
+    if man:
+        grounds = [g for g in MANIPULATOR_FRICTIONS if any(r["cell"]["ground"] == g for r in man)]
+        fig, axes = plt.subplots(len(grounds), 1, figsize=(8, 2.8 * len(grounds)), squeeze=False, sharex=True)
+        for ax, g in zip(axes[:, 0], grounds):
+            for r in man:
+                if r["cell"]["ground"] == g:
+                    s = r["series"]
+                    tag = f" (drops box {r['box_drop_time_s']:.2f} s)" if r.get("box_dropped") else " (holds box)"
+                    line, = ax.plot(s["t_err"], s["arm_error_rad"], lw=0.8, label=r["label"] + tag)
+                    if r.get("box_dropped"):
+                        ax.axvline(r["box_drop_time_s"], color=line.get_color(), ls=":", lw=0.8)
+            ax.set_yscale("log")
+            ax.set_ylabel("Σ|θ − θ_des| [rad]")
+            ax.set_title(f"box {MANIPULATOR_FRICTIONS[g][0]}", fontsize=9)
+            ax.legend(fontsize=7)
+        axes[-1, 0].set_xlabel("t [s]")
+        fig.suptitle("seed 000 Fig. 18: arm joint tracking while grasping a 6000 kg/m³ box", fontsize=10)
+        fig.tight_layout()
+        fig.savefig(out / "fig18_manipulator_tracking.png", dpi=110)
+        plt.close(fig)
+        written.append("fig18_manipulator_tracking.png")
     return written
 
 

@@ -51,11 +51,48 @@ def _read_urdf(urdf: str | os.PathLike) -> tuple[str, Path | None]:
 
 @dataclass(frozen=True)
 class ContactConfig:
-    """One contact point: frame, world-frame surface normal, friction coefficient μ."""
+    """One contact point: frame, world-frame surface normal, friction coefficient μ.
+
+    A point can touch the fixed environment (``body`` None: ``normal_world`` is the
+    ground's normal) or a free body of the model (``body``: the name of that body's
+    free-flyer joint, e.g. a grasped box, seed 000 §7.2.2). Against a body, the contact
+    Jacobian is the velocity of the point relative to the body's material point under it,
+    the force acts on the point and its opposite on the body, and the normal is
+    ``normal_body`` (the body's surface normal in the body's frame, pointing at the point),
+    rotated into the world every tick.
+    """
 
     frame: str
     normal_world: np.ndarray = field(default_factory=lambda: np.array([0.0, 0.0, 1.0]))
     friction: float = 0.7
+    body: str | None = None
+    normal_body: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class FreeBox:
+    """An unactuated rigid box inside the model (seed 000 §7.2.2: the grasped box).
+
+    It is the model's first joint, a free flyer named ``joint`` attached to the world,
+    so its 6 velocity DoF are the unactuated coordinates the formulations already
+    treat as a floating base. ``half_extents`` [m] along the box frame's axes,
+    ``density`` [kg/m³]; the box frame is at its centre.
+    """
+
+    joint: str = "box"
+    half_extents: tuple[float, float, float] = (0.025, 0.025, 0.025)
+    density: float = 6000.0
+
+    @property
+    def mass(self) -> float:
+        """[kg]"""
+        a, b, c = self.half_extents
+        return 8.0 * a * b * c * self.density
+
+    def inertia(self) -> pin.Inertia:
+        """Spatial inertia about the box centre, box frame."""
+        a, b, c = (2.0 * e for e in self.half_extents)
+        return pin.Inertia.FromBox(self.mass, a, b, c)
 
 
 class RobotModel:
@@ -81,11 +118,15 @@ class RobotModel:
         contacts: Sequence[ContactConfig] = (),
         effort_limits: float | Mapping[str, float] | None = None,
         package_dirs: Sequence[str] = (),
+        free_box: FreeBox | None = None,
     ):
         self.pin_model = pin_model
         self.urdf_xml = urdf_xml
         self.package_dirs = tuple(str(d) for d in package_dirs)
         self.floating_base = pin_model.njoints > 1 and pin_model.joints[1].shortname() == "JointModelFreeFlyer"
+        self.free_box = free_box
+        if free_box is not None and not (self.floating_base and pin_model.names[1] == free_box.joint):
+            raise ModelError(f"the free box {free_box.joint!r} must be the model's first joint (a free flyer)")
         self.nq = pin_model.nq
         self.nv = pin_model.nv
         self.n_base = 6 if self.floating_base else 0
@@ -120,7 +161,23 @@ class RobotModel:
                 raise UnknownNameError("contact frame", c.frame, [f.name for f in pin_model.frames])
         self.contact_frames: tuple[str, ...] = tuple(c.frame for c in self.contacts)
         self.contact_frame_ids = tuple(int(pin_model.getFrameId(c.frame)) for c in self.contacts)
+        # joint id of the free body each contact touches (0: the fixed environment)
+        self.contact_body_joint_ids = tuple(self._body_joint(c) for c in self.contacts)
         self._contact_position = {c.frame: i for i, c in enumerate(self.contacts)}
+
+    def _body_joint(self, c: ContactConfig) -> int:
+        if c.body is None:
+            return 0
+        pm = self.pin_model
+        if not pm.existJointName(c.body):
+            raise UnknownNameError("contact body joint", c.body, list(pm.names)[1:])
+        jid = int(pm.getJointId(c.body))
+        if pm.joints[jid].shortname() != "JointModelFreeFlyer" or pm.parents[jid] != 0:
+            raise ModelError(f"contact body {c.body!r} of {c.frame!r} is not a free body attached to the world")
+        n = None if c.normal_body is None else np.asarray(c.normal_body, dtype=float)
+        if n is None or n.shape != (3,) or not np.isfinite(n).all() or abs(np.linalg.norm(n) - 1.0) > 1e-9:
+            raise ConfigError("normal_body", c.normal_body, f"contact {c.frame!r} needs a unit 3-vector")
+        return jid
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -172,6 +229,47 @@ class RobotModel:
         contacts = [ContactConfig(frame, normal.copy(), float(friction)) for frame in contact_frames]
         return cls(pin_model, urdf_xml=xml, contacts=contacts, effort_limits=effort_limits,
                    package_dirs=[str(d) for d in search])
+
+    @classmethod
+    def from_urdf_with_box(
+        cls,
+        urdf: str | os.PathLike,
+        box: FreeBox,
+        *,
+        contacts: Sequence[ContactConfig],
+        package_dirs: Sequence[str | os.PathLike] = (),
+        effort_limits: float | Mapping[str, float] | None = None,
+    ) -> "RobotModel":
+        """A fixed-base robot (URDF) and a free box in one model (seed 000 §7.2.2).
+
+        Joint 1 is the box's free flyer, attached to the world; the robot's joints follow,
+        also attached to the world. ``v[:6]`` is the box's twist (box frame), the rest
+        the robot's joints; M is block diagonal: only contacts couple robot and box. A
+        frame named ``box.joint`` sits at the box centre.
+        """
+        xml, path = _read_urdf(urdf)
+        search = [Path(d) for d in package_dirs]
+        if path is not None:
+            search += list(path.resolve().parents)[:4]
+        xml = resolve_package_uris(xml, search)
+        try:
+            robot = pin.buildModelFromXML(xml)
+        except (RuntimeError, ValueError) as exc:
+            raise ModelError(f"cannot build a model from the URDF: {exc}") from exc
+        if min(box.half_extents) <= 0.0 or not box.density > 0.0:
+            raise ConfigError("box", box, "half extents and density must be > 0")
+        holder = pin.Model()
+        holder.name = robot.name
+        jid = holder.addJoint(0, pin.JointModelFreeFlyer(), pin.SE3.Identity(), box.joint)
+        holder.appendBodyToJoint(jid, box.inertia(), pin.SE3.Identity())
+        holder.addJointFrame(jid)
+        holder.addFrame(pin.Frame(f"{box.joint}_body", jid, holder.getFrameId(box.joint), pin.SE3.Identity(),
+                                  pin.FrameType.BODY))
+        pin_model = pin.appendModel(holder, robot, 0, pin.SE3.Identity())
+        pin_model.name = robot.name
+        pin_model.effortLimit[:6] = 0.0
+        return cls(pin_model, urdf_xml=xml, contacts=contacts, effort_limits=effort_limits,
+                   package_dirs=[str(d) for d in search], free_box=box)
 
     # ------------------------------------------------------------------ maps and limits
     def joint_index(self, name: str) -> int:

@@ -6,17 +6,20 @@ The project's own quadruped ships in ``urdf/``; the others come from the PyPI pa
 
 from __future__ import annotations
 
+import math
 import site
 import sys
 import sysconfig
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import pinocchio as pin
 
 from .errors import ModelError, UnknownNameError
-from .model import RobotModel
+from .model import ContactConfig, FreeBox, RobotModel
 
 PACKAGE = "idyn_control"
 
@@ -55,6 +58,24 @@ def example_robot_data_dir() -> Path:
 
 
 @dataclass(frozen=True)
+class HandSpec:
+    """A hand mounted on an arm's flange, holding a free box (seed 000 §7.2.2, Fig. 9).
+
+    ``urdf`` (same prefixes as :attr:`RobotSpec.urdf`) replaces the arm's own tool: the
+    links in ``drop_links`` and their joints go, the hand's root link is fixed to
+    ``mount_link``. Fingertip ``tips[i]`` touches the box face whose outward normal (box
+    frame) is ``normals_box[i]``; the box starts with the mount link's orientation.
+    """
+
+    urdf: str
+    mount_link: str
+    drop_links: tuple[str, ...]
+    tips: tuple[str, ...]
+    normals_box: tuple[tuple[float, float, float], ...]
+    box: FreeBox = FreeBox()
+
+
+@dataclass(frozen=True)
 class RobotSpec:
     """Where a robot's URDF is and how the controller uses it."""
 
@@ -64,16 +85,27 @@ class RobotSpec:
     effort_limit: float | None = None  # overrides URDF limits that are placeholders [N·m]
     friction: float = 0.7
     standing_joints: dict[str, float] = field(default_factory=dict)  # joint name → [rad]
+    hand: HandSpec | None = None  # a hand with a grasped free box instead of the arm's tool
 
     def urdf_path(self) -> Path:
-        source, rel = self.urdf.split(":", 1)
-        root = example_robot_data_dir() / "robots" if source == "erd" else share_dir()
-        return root / rel
+        return _source_path(self.urdf)
 
     def package_dirs(self) -> tuple[Path, ...]:
         if self.urdf.startswith("erd:"):
             return (example_robot_data_dir().parent,)
         return (share_dir().parent,)
+
+
+def _source_path(ref: str) -> Path:
+    source, rel = ref.split(":", 1)
+    root = example_robot_data_dir() / "robots" if source == "erd" else share_dir()
+    return root / rel
+
+
+def _finger_normals(n: int) -> tuple[tuple[float, float, float], ...]:
+    """Outward box-face normals under n fingers spaced evenly about the box's z axis."""
+    return tuple((round(math.cos(2 * math.pi * i / n), 12) + 0.0, round(math.sin(2 * math.pi * i / n), 12) + 0.0, 0.0)
+                 for i in range(n))
 
 
 def _legs(prefixes, names, values):
@@ -111,6 +143,14 @@ ROBOTS: dict[str, RobotSpec] = {
                                   (0.0, 0.8, -1.6)),
         ),
         RobotSpec("panda", "erd:panda_description/urdf/panda.urdf"),
+        RobotSpec(
+            "panda_grasp", "erd:panda_description/urdf/panda.urdf",
+            hand=HandSpec(
+                "share:urdf/four_finger_hand.urdf", "panda_link8",
+                ("panda_hand", "panda_hand_tcp", "panda_leftfinger", "panda_rightfinger"),
+                tips=tuple(f"finger_{i}_tip" for i in range(1, 5)), normals_box=_finger_normals(4),
+            ),
+        ),
         RobotSpec("ur5", "erd:ur_description/urdf/ur5_robot.urdf"),
     )
 }
@@ -128,9 +168,35 @@ def spec(name: str) -> RobotSpec:
         raise UnknownNameError("robot", name, ROBOTS) from None
 
 
+def mount_hand(arm_xml: str, hand_xml: str, hand: HandSpec) -> str:
+    """The arm's URDF with its tool replaced by the hand: one kinematic tree, one URDF."""
+    arm, tool = ET.fromstring(arm_xml), ET.fromstring(hand_xml)
+    drop = set(hand.drop_links)
+    for link in arm.findall("link"):
+        if link.get("name") in drop:
+            arm.remove(link)
+    for joint in arm.findall("joint"):
+        if joint.find("child").get("link") in drop or joint.find("parent").get("link") in drop:
+            arm.remove(joint)
+    children = {j.find("child").get("link") for j in tool.findall("joint")}
+    roots = [link.get("name") for link in tool.findall("link") if link.get("name") not in children]
+    if len(roots) != 1:
+        raise ModelError(f"the hand URDF must have one root link, has {roots}")
+    for element in tool:
+        if element.tag in ("link", "joint"):
+            arm.append(element)
+    mount = ET.SubElement(arm, "joint", {"name": f"{roots[0]}_mount", "type": "fixed"})
+    ET.SubElement(mount, "parent", {"link": hand.mount_link})
+    ET.SubElement(mount, "child", {"link": roots[0]})
+    ET.SubElement(mount, "origin", {"xyz": "0 0 0", "rpy": "0 0 0"})
+    return ET.tostring(arm, encoding="unicode")
+
+
 def load(name: str, *, friction: float | None = None, contact_frames=None) -> RobotModel:
     """Build the :class:`RobotModel` of a known robot."""
     s = spec(name)
+    if s.hand is not None:
+        return _load_with_hand(s, s.friction if friction is None else friction)
     return RobotModel.from_urdf(
         s.urdf_path(),
         floating_base=bool(s.contact_frames),
@@ -139,6 +205,16 @@ def load(name: str, *, friction: float | None = None, contact_frames=None) -> Ro
         friction=s.friction if friction is None else friction,
         effort_limits=s.effort_limit,
     )
+
+
+def _load_with_hand(s: RobotSpec, friction: float) -> RobotModel:
+    """Arm + hand + free box; the fingertips touch the box (seed 000 §7.2.2)."""
+    hand = s.hand
+    xml = mount_hand(s.urdf_path().read_text(), _source_path(hand.urdf).read_text(), hand)
+    contacts = [ContactConfig(tip, friction=float(friction), body=hand.box.joint, normal_body=np.array(n))
+                for tip, n in zip(hand.tips, hand.normals_box)]
+    return RobotModel.from_urdf_with_box(xml, hand.box, contacts=contacts, package_dirs=s.package_dirs(),
+                                         effort_limits=s.effort_limit)
 
 
 def standing_configuration(model: RobotModel, name: str, *, foot_height: float = 0.0):

@@ -112,7 +112,12 @@ def test_cells_and_paper_tables_cover_the_grid():
     full = cells()
     assert len([c for c in full if c.group == "planar"]) == len(CONTROLLERS) * len(GROUNDS) == 28
     assert {c.ground for c in full if c.group == "heightmap"} == {"seed0", "seed1", "seed2"}
-    assert all(c.duration_s == 30.0 and c.task == "waypoints" for c in full)
+    assert all(c.duration_s == 30.0 and c.task == "waypoints" for c in full if c.group != "manipulator")
+    grasp = [c for c in full if c.group == "manipulator"]
+    assert {(c.ground, c.controller) for c in grasp} == {(g, k) for g in ("mu_inf", "mu1.0")
+                                                          for k in ("qp_coulomb", "sensed_1", "pid")}
+    assert all(c.duration_s == 3.0 for c in grasp)
+    assert set(PAPER["manipulator"]["mu1.0"]) == {"qp_coulomb", "sensed_1", "pid"}
     for g in GROUNDS:
         assert set(PAPER["table3"][g]) == set(CONTROLLERS)
     assert PAPER["table3"]["rigid_mu0.1"]["lcp_noslip"] is None
@@ -132,7 +137,6 @@ def test_experiments_quick_writes_report(tmp_path, capsys):
         assert {"joint_position_error_rad", "joint_velocity_error_rad_s", "torque_rate_mean_Nm_s",
                 "torque_mean_Nm"} <= set(c["metrics"])
         assert c["fell"] in (True, False) and c["simulated_s"] > 0
-    assert report["manipulator"].startswith("not run:")
     md = (tmp_path / "seed000.md").read_text()
     for heading in ("## Table 3", "## Table 4", "## Table 5", "## Walks / falls", "## Height map", "## Manipulator"):
         assert heading in md

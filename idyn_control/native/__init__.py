@@ -137,6 +137,8 @@ class Engine(_Owner):
 
     def __init__(self, model, terms, contacts):
         self.lib = load()
+        if any(model.contact_body_joint_ids):
+            raise NativeUnavailable("contacts against a free body (relative Jacobians) run in Python only")
         pm = model.pin_model
         nj = pm.njoints
         parents = np.zeros(nj, dtype=np.int32)

@@ -14,7 +14,11 @@ summarized with the metrics of seed 000 §8::
 
 Legged robots stand up, trot at the commanded velocity (seed 000 §7.6 gait) and
 optionally stop; fixed-base arms follow the sinusoidal joint trajectory of seed 000
-§7.2.2 with joint PD on top of the formulation (``rnea`` + PD).
+§7.2.2 with joint PD on top of the formulation (``rnea`` + PD). An arm with a hand
+(``panda_grasp``) holds a free box between its fingertips meanwhile (seed 000 §7.2.2,
+§8.4.1): the box is placed touching the fingertips, the fingers are commanded a little
+further closed with zero velocity and acceleration, and the controller is told which
+fingertips touch the box, as legged robots are told their feet.
 """
 
 from __future__ import annotations
@@ -48,7 +52,10 @@ CONTACT_THRESHOLD_N = 0.1
 #: node gets the same): a softer base (ω = 14 rad/s, ζ = 1) than the standing default,
 #: and "hold" when one solve fails mid-stride (a damping tick drops the robot)
 _TROT_GAINS = {"base_kp": 200.0, "base_kd": 28.0, "safe_output": "hold"}
-ROBOT_GAINS: dict[str, dict[str, Any]] = {"quadruped": dict(_TROT_GAINS), "solo12": dict(_TROT_GAINS)}
+#: the grasped box is no base to steer: the kinematic layer leaves its acceleration to
+#: the fingertip contacts (base_weight 0)
+ROBOT_GAINS: dict[str, dict[str, Any]] = {"quadruped": dict(_TROT_GAINS), "solo12": dict(_TROT_GAINS),
+                                          "panda_grasp": {"base_weight": 0.0}}
 
 #: the ``pid`` baseline's per-joint torque gain [N·m/(rad/s²)]: its default, diag(M) at
 #: the neutral pose, ignores the body the legs carry and cannot hold the robot up;
@@ -67,7 +74,18 @@ def formulation_options(robot: str, formulation: str) -> dict[str, Any]:
 ARM_READY: dict[str, tuple[float, ...]] = {
     "panda": (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785, 0.02, 0.02),
     "ur5": (0.0, -1.57, 1.57, -1.57, -1.57, 0.0),
+    "panda_grasp": (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785),  # + the fingers: see below
 }
+
+#: the grasp (seed 000 §7.2.2): fingers start touching the box; their reference is this much
+#: further closed [rad] (about 4 mm into the box at the fingertip: they press while gripping)
+GRASP_SQUEEZE_RAD = 0.05
+#: the grasp's contact estimate: a fingertip touches the box when its sphere is within this
+#: distance of the box [m] (closest features, seed 000 §4; the box starts exactly touching,
+#: where a force threshold would see nothing until it has slipped)
+GRASP_CONTACT_DISTANCE_M = 5e-4
+#: the box counts as dropped when its centre is this far from the fingertips' centroid [m]
+BOX_DROP_DISTANCE_M = 0.02
 
 
 @dataclass
@@ -154,13 +172,20 @@ class LockstepRunner:
         scenario.validate()
         self.scenario = s = scenario
         friction = 1e3 if s.friction == math.inf else s.friction
-        self.robot = robots.load(s.robot, friction=friction if robots.spec(s.robot).contact_frames else None)
+        spec = robots.spec(s.robot)
+        self.robot = robots.load(s.robot, friction=friction if (spec.contact_frames or spec.hand) else None)
         self.terrain = make_terrain(s.terrain, s.terrain_seed)
         self.sim: MujocoSim = build_mujoco(self.robot, friction=s.friction, compliant=s.compliant,
                                            timestep=s.dt / s.substeps, terrain=self.terrain)
         self.surface_updates = 0  # contact normal/μ changes passed to the controller
-        self.legged = self.robot.floating_base
+        self.grasp = self.robot.free_box is not None
+        self.legged = self.robot.floating_base and not self.grasp
+        if self.grasp:
+            self.q_start = grasp_configuration(self.robot, np.array(ARM_READY[s.robot]), self.sim.contacts[0].radius,
+                                               spec.hand.mount_link)
         options = formulation_options(s.robot, s.formulation)
+        if self.grasp and s.formulation == "pid":
+            options["gain"] = grasp_pid_gain(self.robot, self.q_start)
         options.update(s.formulation_options)
         config = ControllerConfig(formulation=s.formulation, formulation_options=options, dt=s.dt,
                                   **{**ROBOT_GAINS.get(s.robot, {}), **s.controller})
@@ -176,13 +201,18 @@ class LockstepRunner:
         else:
             self.gait = None
             ready = ARM_READY.get(s.robot)
-            self.q_start = np.array(ready) if ready is not None else self.robot.neutral()
-            self.q_standing = self.q_start.copy()
+            if not self.grasp:
+                self.q_start = np.array(ready) if ready is not None else self.robot.neutral()
             self._gripper = np.array(["finger" in j for j in self.robot.joint_names])
+            self.q_standing = self.q_start.copy()
+            self.q_joints0 = self.q_start[self.robot.joint_q_index]
+            self.q_joints_ref0 = self.q_joints0.copy()
+            if self.grasp:
+                self.q_joints_ref0[self._gripper] += GRASP_SQUEEZE_RAD
 
     # ------------------------------------------------------------------ references
     def _arm_reference(self, t: float):
-        s, q0 = self.scenario, self.q_start
+        s, q0 = self.scenario, self.q_joints_ref0
         na = self.robot.na
         w = 2.0 * math.pi * s.arm_frequency
         amp = np.full(na, s.arm_amplitude)
@@ -215,6 +245,9 @@ class LockstepRunner:
         forces = np.zeros((k, 3))
         contact_index = {f: i for i, f in enumerate(robot.contact_frames)}
         mask = sim.contact_forces_array(np.zeros((k, 3)))[:, 2] > CONTACT_THRESHOLD_N if k else np.zeros(0, bool)
+        distance = np.zeros(k)
+        if self.grasp:
+            np.less_equal(sim.box_distance_array(distance), GRASP_CONTACT_DISTANCE_M, out=mask)
         fell, fall_time = False, None
         misses = 0
         wall0 = time.perf_counter()
@@ -267,7 +300,10 @@ class LockstepRunner:
                 ctrl.set_measured_forces(trace.f_meas[n])
             trace.n = n + 1
             q, v = sim.state()
-            np.greater(trace.f_meas[n, :, 2], CONTACT_THRESHOLD_N, out=mask)
+            if self.grasp:
+                np.less_equal(sim.box_distance_array(distance), GRASP_CONTACT_DISTANCE_M, out=mask)
+            else:
+                np.greater(trace.f_meas[n, :, 2], CONTACT_THRESHOLD_N, out=mask)
             if self.legged and self._fallen(q):
                 fell, fall_time = True, t + s.dt
                 if s.stop_on_fall:
@@ -278,7 +314,7 @@ class LockstepRunner:
                 x_report = float(q[0])
                 next_report += 1.0
         wall = time.perf_counter() - wall0
-        metrics = compute_metrics(trace, dt=s.dt, weight=self.weight, floating_base=self.legged,
+        metrics = compute_metrics(trace, dt=s.dt, weight=self.weight, floating_base=self.robot.floating_base,
                                   speed_window=self.speed_window(),
                                   command_velocity=s.velocity if task is None else (0.0, 0.0, 0.0),
                                   fell=fell, fall_time=fall_time)
@@ -287,6 +323,10 @@ class LockstepRunner:
             metrics.update(task.metrics(trace.t[:trace.n], trace.q[:trace.n], gait.config.period))
         if self.terrain is not None:
             metrics["surface_updates"] = self.surface_updates
+        if self.grasp:  # the box is no base: its speed and height say nothing; Σ normal along z neither
+            for key in [k for k in metrics if k.startswith(("speed", "base_height", "force_error", "measured_normal"))]:
+                del metrics[key]
+            metrics.update(grasp_metrics(self.robot, trace.trimmed()))
         metrics["wall_time_s"] = wall
         metrics["real_time_factor"] = trace.n * s.dt / wall if wall > 0 else float("nan")
         return Run(scenario=s, trace=trace.trimmed(), metrics=metrics, wall_time_s=wall)
@@ -317,6 +357,97 @@ class LockstepRunner:
             return True
         R = pin.Quaternion(q[6], q[3], q[4], q[5]).toRotationMatrix()
         return bool(R[2, 2] < math.cos(FALL_TILT_RAD))
+
+
+def grasp_configuration(robot, joints: np.ndarray, tip_radius: float, mount_frame: str) -> np.ndarray:
+    """q of the grasp's start (seed 000 §7.2.2): the arm at ``joints`` (arm joints only),
+    each finger closed until its fingertip sphere (``tip_radius`` [m]) touches the box
+    face under it, the box between the fingertips with the orientation of ``mount_frame``
+    (the hand's mount)."""
+    box = robot.free_box
+    pm = robot.pin_model
+    data = pm.createData()
+    q = robot.neutral()
+    arm = [i for i, n in enumerate(robot.joint_names) if "finger" not in n]
+    fingers = [i for i, n in enumerate(robot.joint_names) if "finger" in n]
+    q[robot.joint_q_index[arm]] = joints
+    target = box.half_extents[0] + tip_radius  # fingertip centre to box centre, along the face normal [m]
+
+    def tips(theta: float) -> np.ndarray:
+        q[robot.joint_q_index[fingers]] = theta
+        pin.framesForwardKinematics(pm, data, q)
+        return np.array([data.oMf[f].translation for f in robot.contact_frame_ids])
+
+    lo, hi = 0.0, 0.8  # bisection on the closing angle: tip distance to the hand axis shrinks
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        p = tips(mid)
+        lo, hi = (mid, hi) if np.linalg.norm(p[0] - p.mean(axis=0)) > target else (lo, mid)
+    p = tips(0.5 * (lo + hi))
+    mount = data.oMf[pm.getFrameId(mount_frame)]
+    q[:3] = p.mean(axis=0)
+    q[3:7] = pin.Quaternion(mount.rotation).coeffs()
+    return q
+
+
+def grasp_pid_gain(robot, q: np.ndarray) -> np.ndarray:
+    """The ``pid`` baseline's per-joint gain k [N·m/(rad/s²)] for the grasp: the diagonal
+    of the joint-space inertia at the start ``q`` with the box's mass shared among the
+    fingertips (M + Σ_i (m/k) J_iᵀ J_i). Its default, diag(M) of the bare arm, ignores the
+    load the fingers carry (as for the legs of the legged robots, PID_OPTIONS): a finger
+    weighs 60 g, the box 750 g."""
+    pm = robot.pin_model
+    data = pm.createData()
+    M = pin.crba(pm, data, q)
+    pin.computeJointJacobians(pm, data, q)
+    pin.updateFramePlacements(pm, data)
+    share = robot.free_box.mass / len(robot.contact_frame_ids)
+    for fid in robot.contact_frame_ids:
+        J = pin.getFrameJacobian(pm, data, fid, pin.ReferenceFrame.LOCAL_WORLD_ALIGNED)[:3]
+        M += share * J.T @ J
+    return np.diag(M)[robot.n_base:].copy()
+
+
+def grasp_metrics(robot, trace: Trace) -> dict[str, Any]:
+    """Box drop time, arm tracking error and the fingertip normal-force prediction error.
+
+    The box is dropped at the first tick its centre is more than BOX_DROP_DISTANCE_M from
+    the fingertips' centroid. Normal forces are along each contact's box-face normal;
+    their error is over the ticks the box is held and the contact is measured touching.
+    """
+    pm, data = robot.pin_model, robot.pin_model.createData()
+    n = trace.t.size
+    offset = np.zeros(n)
+    normals = np.zeros((n, len(robot.contacts), 3))
+    normal_body = np.array([c.normal_body for c in robot.contacts])
+    for i in range(n):
+        pin.framesForwardKinematics(pm, data, trace.q[i])
+        tips = np.array([data.oMf[f].translation for f in robot.contact_frame_ids])
+        offset[i] = np.linalg.norm(trace.q[i, :3] - tips.mean(axis=0))
+        R = pin.Quaternion(trace.q[i, 3:7]).toRotationMatrix()
+        normals[i] = normal_body @ R.T
+    dropped = np.flatnonzero(offset > BOX_DROP_DISTANCE_M)
+    held = np.ones(n, dtype=bool) if dropped.size == 0 else np.arange(n) < dropped[0]
+    arm = np.array(["finger" not in j for j in robot.joint_names])
+    err_t = np.abs(trace.q[:, 7:][:, arm] - trace.q_ref[:, arm]).sum(axis=1)
+    out: dict[str, Any] = {
+        "box_dropped": bool(dropped.size),
+        "box_drop_time_s": float(trace.t[dropped[0]]) if dropped.size else None,
+        "box_offset_max_held_m": float(offset[held].max()) if held.any() else float("nan"),
+        "arm_error_sum_rad_mean": float(err_t.mean()),
+        "arm_error_sum_rad_mean_held": float(err_t[held].mean()) if held.any() else float("nan"),
+        "arm_error_sum_rad_last_0_5s": float(err_t[trace.t >= trace.t[-1] - 0.5].mean()),
+    }
+    pred = np.einsum("tkj,tkj->tk", trace.f_pred, normals)
+    meas = np.einsum("tkj,tkj->tk", trace.f_meas, normals)
+    sel = held[:, None] & trace.contact & ~trace.fallback[:, None]
+    if sel.any():
+        err = np.abs(pred - meas)[sel]
+        mean_meas = float(np.abs(meas[sel]).mean())
+        out["tip_normal_error_N"] = float(err.mean())
+        out["tip_normal_error_rel"] = float(err.mean() / mean_meas) if mean_meas > 0 else float("nan")
+        out["tip_normal_measured_N"] = mean_meas
+    return out
 
 
 def run_scenario(scenario: Scenario | None = None, progress=None, **overrides: Any) -> Run:

@@ -19,6 +19,10 @@ angular vel.  ``qvel[3:6]`` BASE frame                 ``v[3:6]`` BASE frame
 
 so ``v_mj = T(q) v_pin`` with ``T = blockdiag(R_world_base, I₃, P)`` (``P`` permutes the
 actuated joints), and the mass matrices satisfy ``M_pin = Tᵀ M_mj T``.
+
+A model with a free box (:class:`~idyn_control.model.FreeBox`, seed 000 §7.2.2) has the
+box's free joint where MuJoCo puts it (after the robot's joints): the same conversion,
+at the free joint's addresses.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ _MESH_FORMATS = (".stl", ".obj", ".msh")  # what MuJoCo's mesh loader reads
 _DEFAULT_FOOT_RADIUS = 0.02  # [m] when nothing in the URDF says better
 _RIGID_SOLIMP = (0.95, 0.99, 0.001, 0.5, 2.0)
 _COMPLIANT_IMPEDANCE = 0.9  # constant d(r) of the compliant ground (solimp dmin = dmax)
+BOX_DISTANCE_MAX_M = 0.05  # [m] range of MujocoSim.box_distance_array
 _CONTACT_FORCE_EPS = 1e-9  # [N] normal force above which a contact counts as active
 
 
@@ -105,17 +110,25 @@ class MujocoSim:
         # MuJoCo address of each actuated joint, in Pinocchio (τ) order
         self._qpos_adr = np.array([model.jnt_qposadr[j] for j in joint_ids], dtype=int)
         self._qvel_adr = np.array([model.jnt_dofadr[j] for j in joint_ids], dtype=int)
-        if self.floating_base and (model.njnt == 0 or model.jnt_type[0] != mujoco.mjtJoint.mjJNT_FREE):
-            raise ModelError("floating-base robot without a MuJoCo free joint at index 0")
+        free_name = "root_joint" if robot.free_box is None else robot.free_box.joint
+        free = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, free_name) if self.floating_base else -1
+        if self.floating_base and (free < 0 or model.jnt_type[free] != mujoco.mjtJoint.mjJNT_FREE):
+            raise ModelError(f"floating-base robot without a MuJoCo free joint {free_name!r}")
+        # qpos/qvel addresses of the free joint (0 for a floating base: MuJoCo's first joint)
+        self._fq = int(model.jnt_qposadr[free]) if free >= 0 else 0
+        self._fv = int(model.jnt_dofadr[free]) if free >= 0 else 0
 
         # MuJoCo body moving with each Pinocchio joint (index: Pinocchio joint id; 0: world)
         self.joint_body_ids = np.zeros(robot.pin_model.njoints, dtype=int)
         if self.floating_base:
-            self.joint_body_ids[1] = model.jnt_bodyid[0]
+            self.joint_body_ids[1] = model.jnt_bodyid[free]
         for name, j in zip(robot.joint_names, joint_ids):
             self.joint_body_ids[robot.pin_model.getJointId(name)] = model.jnt_bodyid[j]
 
         self._geom_to_contact = {c.geom_id: i for i, c in enumerate(contacts)}
+        #: the free box's geom (-1: no free box)
+        self.box_geom_id = -1 if robot.free_box is None else mujoco.mj_name2id(
+            model, mujoco.mjtObj.mjOBJ_GEOM, f"{robot.free_box.joint}_geom")
         self._rot = np.zeros(9)
         self._wrench = np.zeros(6)
         self._forces = np.zeros((len(contacts), 3))
@@ -129,12 +142,13 @@ class MujocoSim:
         qpos = np.empty(self.model.nq) if qpos is None else qpos
         qvel = np.empty(self.model.nv) if qvel is None else qvel
         if self.floating_base:
-            qpos[0:3] = q[0:3]
-            qpos[3] = q[6]  # (x, y, z, w) → (w, x, y, z)
-            qpos[4:7] = q[3:6]
-            mujoco.mju_quat2Mat(self._rot, qpos[3:7] / np.linalg.norm(qpos[3:7]))
-            qvel[0:3] = self._rot.reshape(3, 3) @ v[0:3]  # base frame → world frame
-            qvel[3:6] = v[3:6]
+            a, b = self._fq, self._fv
+            qpos[a:a + 3] = q[0:3]
+            qpos[a + 3] = q[6]  # (x, y, z, w) → (w, x, y, z)
+            qpos[a + 4:a + 7] = q[3:6]
+            mujoco.mju_quat2Mat(self._rot, qpos[a + 3:a + 7] / np.linalg.norm(qpos[a + 3:a + 7]))
+            qvel[b:b + 3] = self._rot.reshape(3, 3) @ v[0:3]  # base frame → world frame
+            qvel[b + 3:b + 6] = v[3:6]
         qpos[self._qpos_adr] = q[self.robot.joint_q_index]
         qvel[self._qvel_adr] = v[self.robot.joint_v_index]
         return qpos, qvel
@@ -145,13 +159,14 @@ class MujocoSim:
         q = np.empty(self.robot.nq)
         v = np.empty(self.robot.nv)
         if self.floating_base:
-            quat = qpos[3:7] / np.linalg.norm(qpos[3:7])
-            q[0:3] = qpos[0:3]
+            a, b = self._fq, self._fv
+            quat = qpos[a + 3:a + 7] / np.linalg.norm(qpos[a + 3:a + 7])
+            q[0:3] = qpos[a:a + 3]
             q[3:6] = quat[1:4]
             q[6] = quat[0]
             mujoco.mju_quat2Mat(self._rot, quat)
-            v[0:3] = self._rot.reshape(3, 3).T @ qvel[0:3]  # world frame → base frame
-            v[3:6] = qvel[3:6]
+            v[0:3] = self._rot.reshape(3, 3).T @ qvel[b:b + 3]  # world frame → base frame
+            v[3:6] = qvel[b + 3:b + 6]
         q[self.robot.joint_q_index] = qpos[self._qpos_adr]
         v[self.robot.joint_v_index] = qvel[self._qvel_adr]
         return q, v
@@ -160,8 +175,9 @@ class MujocoSim:
         """T (nv × nv) with ``qvel = T v`` at configuration ``q`` (Pinocchio's)."""
         T = np.zeros((self.model.nv, self.robot.nv))
         if self.floating_base:
-            T[0:3, 0:3] = pin.Quaternion(np.asarray(q[3:7], dtype=float)).normalized().toRotationMatrix()
-            T[3:6, 3:6] = np.eye(3)
+            b = self._fv
+            T[b:b + 3, 0:3] = pin.Quaternion(np.asarray(q[3:7], dtype=float)).normalized().toRotationMatrix()
+            T[b + 3:b + 6, 3:6] = np.eye(3)
         T[self._qvel_adr, self.robot.joint_v_index] = 1.0
         return T
 
@@ -235,6 +251,19 @@ class MujocoSim:
         mujoco.mj_objectVelocity(self.model, self.data, mujoco.mjtObj.mjOBJ_SITE,
                                  self._contact(frame).site_id, res, 0)
         return res[3:6]
+
+    def box_distance_array(self, out: np.ndarray | None = None) -> np.ndarray:
+        """Signed distance [m] of each contact sphere to the free box (closest features,
+        seed 000 §4: "points of contact ... computed using closest features"); +inf
+        beyond BOX_DISTANCE_MAX_M. Only for a model with a free box."""
+        if self.box_geom_id < 0:
+            raise ModelError("box_distance_array needs a model with a free box")
+        out = np.empty(len(self.contacts)) if out is None else out
+        for k, c in enumerate(self.contacts):
+            d = mujoco.mj_geomDistance(self.model, self.data, c.geom_id, self.box_geom_id,
+                                       BOX_DISTANCE_MAX_M, None)
+            out[k] = d if d < BOX_DISTANCE_MAX_M else np.inf
+        return out
 
     def penetration(self) -> np.ndarray:
         """Penetration depth [m] of each foot sphere into what it touches (≥ 0)."""
@@ -326,7 +355,7 @@ def build_mujoco(
     if foot_radius is not None and not (np.isfinite(foot_radius) and foot_radius > 0.0):
         raise ConfigError("foot_radius", foot_radius, "must be a finite value > 0 [m]")
     if ground is None:
-        ground = robot.floating_base
+        ground = robot.floating_base and robot.free_box is None
     if terrain is not None and compliant:
         raise ConfigError("compliant", compliant, "the height map is rigid (seed 000 §7.5)")
 
@@ -346,13 +375,17 @@ def build_mujoco(
     spec.option.integrator = integrators[integrator]
 
     root = spec.worldbody.first_body()
-    if robot.floating_base:
+    if robot.free_box is not None:
+        root = _add_free_box(spec, robot.free_box, mu)
+    elif robot.floating_base:
         root.add_freejoint(name="root_joint")
     joint_bodies = _joint_bodies(robot, spec, root)
     if inertia == "pinocchio":
         _copy_pinocchio_inertias(robot, spec, joint_bodies)
 
     for geom in spec.geoms:  # the URDF's collision geometry that survived
+        if robot.free_box is not None and geom.name == f"{robot.free_box.joint}_geom":
+            continue  # the box is what the robot touches
         geom.contype, geom.conaffinity = _ROBOT_BIT, _GROUND_BIT
         geom.condim = 3
 
@@ -407,6 +440,17 @@ def build_mujoco(
     sim = MujocoSim(robot, model, contacts, friction=mu, compliant=compliant, dropped_collisions=dropped)
     sim.terrain = terrain
     return sim
+
+
+def _add_free_box(spec: mujoco.MjSpec, box, mu: float):
+    """The model's free box (seed 000 §7.2.2): a body with a free joint and a box geom of
+    friction μ that touches the robot's contact spheres (its friction wins: priority)."""
+    body = spec.worldbody.add_body(name=box.joint)
+    body.add_freejoint(name=box.joint)
+    body.add_geom(name=f"{box.joint}_geom", type=mujoco.mjtGeom.mjGEOM_BOX, size=list(box.half_extents),
+                  friction=[mu, 0.005, 0.0001], condim=3, priority=1, contype=_GROUND_BIT,
+                  conaffinity=_ROBOT_BIT, rgba=[0.8, 0.5, 0.2, 1.0])
+    return body
 
 
 def _add_terrain(spec: mujoco.MjSpec, terrain: HeightMap) -> list:
