@@ -74,7 +74,7 @@ def run(*, quick: bool = False, out: str | Path = DEFAULT_OUT, only: tuple[str, 
         log(f"running {cell['id']} ...")
         r = run_cell(cell)
         m = r["metrics"]
-        log(f"  {cell['id']}: RMSE {np.round(m['rmse_N'], 2).tolist()} N, base drift "
+        log(f"  {cell['id']}: {'FELL at %.2f s, ' % m['fall_time_s'] if m['fell'] else ''}RMSE {np.round(m['rmse_N'], 2).tolist()} N, base drift "
             f"{1e3 * m['base_position_drift_max_m']:.2f} mm / {m['base_orientation_drift_max_deg']:.3f}°, "
             f"{r['wall_time_s']:.0f} s")
         results.append(r)
@@ -125,14 +125,21 @@ def format_markdown(report: dict[str, Any], figures: list[str]) -> str:
             f"| {c['profile']} | {CONTROLLERS[c['formulation']]} | "
             + " / ".join(f"{x:.2f}" for x in m["rmse_N"]) + " | "
             + " / ".join(f"{x:.2f}" for x in m["max_error_N"]) + " | "
-            + f"{max(m['settling_times_s']):.3f} | {1e3 * m['base_position_drift_max_m']:.2f} / "
+            + _settling(m["settling_times_s"]) + " | "
+            + (f"FELL at {m['fall_time_s']:.2f} s; " if m["fell"] else "") + f"{1e3 * m['base_position_drift_max_m']:.2f} / "
             f"{m['base_orientation_drift_max_deg']:.3f} | {m['tau_max_abs_Nm']:.1f} ({c['tau_limit_Nm'][0]:.0f}) | "
             f"{m['fallback_ticks']} | " + (" / ".join(f"{x:.0f}" for x in ratio) if ratio else "—")
             + f" | {report['paper'][c['formulation']]} |")
     lines += ["", "Settling: per reference jump, the time until every axis's error stays within 2 N. "
-              "Base drift: largest distance from (0, 0, 0.57) m and largest rotation angle over the whole run.", ""]
+              "Base drift: largest distance from (0, 0, 0.57) m and largest rotation angle over the whole run. "
+              "A run stops when the torso falls (below half its height or tilted > 1 rad); its errors are "
+              "those before the fall.", ""]
     lines += [f"![{f}]({f})" for f in figures]
     return "\n".join(lines) + "\n"
+
+
+def _settling(times: list[float]) -> str:
+    return "never" if any(math.isnan(x) for x in times) else f"{max(times):.3f}"
 
 
 def plot_figures(results: list[dict[str, Any]], out: Path) -> list[str]:

@@ -35,7 +35,7 @@ import pinocchio as pin
 from .. import robots
 from ..controller import Controller, ControllerConfig
 from ..errors import ConfigError
-from .lockstep import CONTACT_THRESHOLD_N
+from .lockstep import CONTACT_THRESHOLD_N, FALL_HEIGHT_FRACTION, FALL_TILT_RAD
 from .mujoco_model import build_mujoco
 
 PROFILES = ("sine", "step")
@@ -160,6 +160,7 @@ class ForceTrackingRun:
     slip: np.ndarray
     tau_limit: np.ndarray
     base_ref: np.ndarray
+    fall_time_s: float | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
@@ -220,8 +221,24 @@ def run_force_tracking(scenario: ForceTrackingScenario | None = None, **override
         run.slip[n] = float(np.linalg.norm((sim.frame_position(s.force_frame) - foot0)[:2]))
         np.greater(forces[:, 2], CONTACT_THRESHOLD_N, out=mask)
         q, v = sim.state()
+        if _fallen(q, s.base_height):
+            run.fall_time_s = t + s.dt
+            _trim(run, n + 1)
+            break
     run.metrics = summarize(run)
     return run
+
+
+def _fallen(q: np.ndarray, base_height: float) -> bool:
+    """The torso fell: below half its height or tilted by more than 1 rad (as lockstep)."""
+    R = pin.Quaternion(q[6], q[3], q[4], q[5]).toRotationMatrix()
+    return bool(q[2] < FALL_HEIGHT_FRACTION * base_height or R[2, 2] < math.cos(FALL_TILT_RAD))
+
+
+def _trim(run: ForceTrackingRun, n: int) -> None:
+    for name in ("t", "f_des", "f_meas", "f_pred", "f_support", "base_pos", "base_rpy", "tau", "tau_raw",
+                 "fallback", "active", "slip"):
+        setattr(run, name, getattr(run, name)[:n])
 
 
 def _levels(s: ForceTrackingScenario, t_end: float) -> list[float]:
@@ -240,18 +257,23 @@ def settled_mask(run: ForceTrackingRun) -> np.ndarray:
     return keep
 
 
-def settling_times(run: ForceTrackingRun, tol_n: float = 2.0) -> list[float]:
-    """Per reference jump: time until every axis's force error stays within ``tol_n`` [N]
-    up to the next jump (or the end) [s]; the level's length when it never does."""
+def settling_times(run: ForceTrackingRun, tol_n: float = 2.0, hold_s: float = 0.1) -> list[float]:
+    """Per reference jump: time until every axis's force error is within ``tol_n`` [N]
+    and stays there for ``hold_s`` [s]; NaN when that never happens before the next jump."""
     s, t = run.scenario, run.t
-    err = np.abs(run.f_meas - run.f_des).max(axis=1)
-    jumps = _levels(s, t[-1] + s.dt)
+    good = np.abs(run.f_meas - run.f_des).max(axis=1) <= tol_n
+    hold = max(1, int(round(hold_s / s.dt)))
+    jumps = _levels(s, t[-1] + s.dt) if t.size else []
     out = []
     for i, t0 in enumerate(jumps):
         t1 = jumps[i + 1] if i + 1 < len(jumps) else t[-1] + s.dt
-        window = (t >= t0) & (t < t1)
-        bad = np.flatnonzero(window & (err > tol_n))
-        out.append(float(t[bad[-1]] + s.dt - t0) if bad.size else 0.0)
+        idx = np.flatnonzero((t >= t0) & (t < t1))
+        settled = math.nan
+        for j in range(idx.size - hold + 1):
+            if good[idx[j]:idx[j] + hold].all():
+                settled = float(t[idx[j]] - t0)
+                break
+        out.append(settled)
     return out
 
 
@@ -266,6 +288,7 @@ def summarize(run: ForceTrackingRun) -> dict[str, Any]:
     over = np.abs(run.tau_raw) > run.tau_limit * (1.0 + 1e-9)
     return {
         "formulation": s.formulation, "profile": s.profile, "duration_s": float(run.t.size * s.dt),
+        "fell": run.fall_time_s is not None, "fall_time_s": run.fall_time_s,
         "settle_s": s.settle_s,
         "settling_times_s": settling_times(run),
         "rmse_N": np.sqrt((err ** 2).mean(axis=0)).tolist() if err.size else [math.nan] * 3,
