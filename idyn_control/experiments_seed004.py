@@ -134,6 +134,15 @@ def format_markdown(report: dict[str, Any], figures: list[str]) -> str:
               "Base drift: largest distance from (0, 0, 0.57) m and largest rotation angle over the whole run. "
               "A run stops when the torso falls (below half its height or tilted > 1 rad); its errors are "
               "those before the fall.", ""]
+    prop = next((c for c in report["cells"] if c["id"] == "sine/pidc_qp"), None)
+    if prop is not None:
+        k = np.array(prop["metrics"]["error_per_tangential_force"])
+        lines += ["What the foot-centre Jacobian costs (proposed, sine): MuJoCo applies the force at the bottom "
+                  "of the 3 cm foot sphere, the controller models it at the centre, so a tangential force "
+                  "has an unmodelled moment r × f_t. The error follows the tangential force: per newton of "
+                  f"F_x, {k[0, 0]:+.3f} / {k[1, 0]:+.3f} / {k[2, 0]:+.3f} N on x / y / z; per newton of F_y, "
+                  f"{k[0, 1]:+.3f} / {k[1, 1]:+.3f} / {k[2, 1]:+.3f} N. With no tangential force (step profile) "
+                  "the measured force is exact.", ""]
     lines += [f"![{f}]({f})" for f in figures]
     return "\n".join(lines) + "\n"
 

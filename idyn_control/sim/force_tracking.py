@@ -286,6 +286,10 @@ def summarize(run: ForceTrackingRun) -> dict[str, Any]:
     pos_drift = np.linalg.norm(run.base_pos - run.base_ref, axis=1)
     rot_drift = np.array([np.linalg.norm(pin.log3(pin.rpy.rpyToMatrix(*r))) for r in run.base_rpy])
     over = np.abs(run.tau_raw) > run.tau_limit * (1.0 + 1e-9)
+    # the foot-centre Jacobian's cost: the unmodelled moment r × f_t makes the error grow
+    # with the tangential force; least-squares slope of each axis's error on (F_x, F_y)
+    X = np.column_stack((run.f_des[keep, :2], np.ones(int(keep.sum()))))
+    slope = np.linalg.lstsq(X, err, rcond=None)[0][:2].T if err.shape[0] > 3 else np.full((3, 2), math.nan)
     return {
         "formulation": s.formulation, "profile": s.profile, "duration_s": float(run.t.size * s.dt),
         "fell": run.fall_time_s is not None, "fall_time_s": run.fall_time_s,
@@ -293,6 +297,7 @@ def summarize(run: ForceTrackingRun) -> dict[str, Any]:
         "settling_times_s": settling_times(run),
         "rmse_N": np.sqrt((err ** 2).mean(axis=0)).tolist() if err.size else [math.nan] * 3,
         "max_error_N": np.abs(err).max(axis=0).tolist() if err.size else [math.nan] * 3,
+        "error_per_tangential_force": slope.tolist(),  # [axis][F_x, F_y] [N/N]
         "predicted_rmse_N": np.sqrt((pred_err ** 2).mean(axis=0)).tolist() if err.size else [math.nan] * 3,
         "base_position_drift_max_m": float(pos_drift.max()),
         "base_position_drift_settled_max_m": float(pos_drift[keep].max()) if keep.any() else math.nan,
