@@ -4,6 +4,7 @@
     idyn-control bench --formulations qp_coulomb,wbc_qp --ticks 10000 --json results/bench.json
     idyn-control check-config config/solo12.yaml
     idyn-control experiments seed000 [--quick] [--workers N] [--out DIR]
+    idyn-control experiments seed004 [--quick] [--out DIR]
 """
 
 from __future__ import annotations
@@ -123,6 +124,10 @@ def cmd_bench_contacts(args) -> int:
 
 
 def cmd_experiments(args) -> int:
+    if args.name == "seed004":
+        from . import experiments_seed004
+
+        return experiments_seed004.main(args)
     from . import experiments
 
     return experiments.main(args)
@@ -196,6 +201,9 @@ def main(argv=None) -> int:
     from .experiments import add_arguments
 
     add_arguments(p)
+    for action in p._actions:  # seed004 lives in its own module (experiments_seed004)
+        if action.dest == "name":
+            action.choices = (*action.choices, "seed004")
     p.set_defaults(func=cmd_experiments)
 
     p = sub.add_parser("build-native", help="compile the native tick (C++: Pinocchio + ProxQP headers, ~2 min)")

@@ -195,6 +195,9 @@ class PidcQp(_ProjectedForceControl):
         "warm_start": True,      # warm-start ProxQP from the previous tick
         "eps_abs": 1e-9,         # QP accuracy (absolute)
         "fast_path": True,       # skip a QP whose unconstrained optimum is feasible (exact)
+        # weight of the support feet's tangential forces on the directions the tracked
+        # forces are blind to (internal forces), relative to the tracking cost; 0 = off
+        "internal_force_weight": 1e-3,
     }
 
     def __init__(self, model, *, dt=1e-3, **options):
@@ -284,19 +287,25 @@ class PidcQp(_ProjectedForceControl):
         L = self.Lam @ K
         rows = self.tracked
         qp = self.qp_force
+        x_track = np.zeros(nk)  # the least-norm x that tracks exactly (no inequalities)
         if rows.size:
             Lg = L[rows]
             Jg = self.J[rows]
             A2 = Jg.T @ Lg  # torque-space image of the tracked force error (eq. 25)
             np.matmul(A2.T, A2, out=qp.H)
-            qp.g[:] = A2.T @ (Jg.T @ (lam_I[rows] - self._tracked_targets()))
+            error_I = lam_I[rows] - self._tracked_targets()
+            qp.g[:] = A2.T @ (Jg.T @ error_I)
             Lg_used = Lg[:, :nk]
-            seen = pinv(Lg_used, _RANK_TOL) @ Lg_used  # Lg⁺Lg; zero on the unused columns
+            Lg_pinv = pinv(Lg_used, _RANK_TOL)
+            seen = Lg_pinv @ Lg_used  # Lg⁺Lg; zero on the unused columns
+            x_track -= Lg_pinv @ error_I
         else:
             qp.H[:] = 0.0
             qp.g[:] = 0.0
             seen = np.zeros((nk, nk))
         scale = eps * max(1.0, float(qp.H.diagonal().max()))
+        blind = np.eye(nk) - seen
+        self._add_internal_force_cost(qp, L[:, :nk], lam_I + L[:, :nk] @ x_track, blind)
         # + scale (I − Lg⁺Lg): only where the tracked forces are blind
         qp.H += scale * self._eye_na
         qp.H[:nk, :nk] -= scale * seen
@@ -309,6 +318,36 @@ class PidcQp(_ProjectedForceControl):
 
         status = max(out1.status, out2.status, key=lambda s: _STATUS_RANK.get(s, 3))
         return status, out1.iterations + out2.iterations, out1.solve_time_s + out2.solve_time_s
+
+    def _add_internal_force_cost(self, qp: QpSolver, L: np.ndarray, lam_track: np.ndarray,
+                                 blind: np.ndarray) -> None:
+        """+ w‖T λ_s‖² on the blind directions Π = I − Lg⁺Lg: the support feet's tangential
+        forces T λ_s at the tracking optimum, reduced with what the tracked forces cannot see.
+
+        Those directions are the internal forces among the support feet (on flat ground
+        purely tangential), which the tracking cost leaves to the regularizer, i.e. to the
+        least-norm torque of stage I. On ANYmal C pressing 170–190 N that put a support
+        foot at |f_t|/f_n = 0.69 for μ = 0.7, where it slipped and lost contact in MuJoCo
+        and the next tick's QP was infeasible. The term only acts on Π, so the tracked
+        forces stay exact while no inequality binds.
+        """
+        weight = self.options["internal_force_weight"]
+        support = ~self.force_active
+        if weight <= 0.0 or not support.any() or not blind.any():
+            return
+        n, nk = self.force_active.size, L.shape[1]
+        tangents = self.contacts.basis[self.contacts.order[support]][:, :2, :]  # (n_s, 2, 3)
+        Lt_all = (tangents @ L.reshape(n, 3, nk)[support]).reshape(-1, nk)
+        Lt = Lt_all @ blind
+        ft = (tangents @ lam_track.reshape(n, 3, 1)[support]).reshape(-1)
+        Ht = Lt.T @ Lt
+        top = float(Ht.diagonal().max())
+        # HOWSM tracks every contact: there T L Π is round-off, and no internal force is free
+        if top <= _RANK_TOL * float((Lt_all * Lt_all).sum(axis=0).max()):
+            return
+        w = weight * max(1.0, float(qp.H.diagonal().max())) / top
+        qp.H[:nk, :nk] += w * Ht
+        qp.g[:nk] += w * (Lt.T @ ft)
 
     def _fill_motion_qp(self, W: np.ndarray, Ns: np.ndarray, y: np.ndarray) -> None:
         """Stage-I cost ‖P B_m τ − τ_m,d‖², regularized on null(P B_m) and the B_f joints."""
