@@ -201,9 +201,6 @@ def main(argv=None) -> int:
     from .experiments import add_arguments
 
     add_arguments(p)
-    for action in p._actions:  # seed004 lives in its own module (experiments_seed004)
-        if action.dest == "name":
-            action.choices = (*action.choices, "seed004")
     p.set_defaults(func=cmd_experiments)
 
     p = sub.add_parser("build-native", help="compile the native tick (C++: Pinocchio + ProxQP headers, ~2 min)")

@@ -570,10 +570,10 @@ def plot_figures(results: list[dict[str, Any]], out: Path) -> list[str]:
 
 # ====================================================================== command line
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", choices=("seed000",), help="which experiment")
+    p.add_argument("name", choices=("seed000", "seed004"), help="which experiment (seed004: idyn_control.experiments_seed004)")
     p.add_argument("--quick", action="store_true", help="3 s straight trot on fewer cells (smoke check)")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: os.cpu_count())")
-    p.add_argument("--out", default=DEFAULT_OUT, help="output directory")
+    p.add_argument("--out", default=None, help="output directory (default: results/experiments/<name>)")
     p.add_argument("--only", default="", help="comma-separated fnmatch patterns on cell ids, "
                                               "e.g. 'planar/rigid_mu0.1/*,heightmap/seed0/pid'")
 
@@ -584,6 +584,6 @@ def main(args: argparse.Namespace) -> int:
         print(f"idyn-control experiments: no cell matches {args.only!r}; cells: "
               + ", ".join(c.id for c in cells(args.quick)), file=sys.stderr)
         return 2
-    report = run(quick=args.quick, workers=args.workers, out=args.out, only=only,
+    report = run(quick=args.quick, workers=args.workers, out=args.out or DEFAULT_OUT, only=only,
                  log=lambda m: print(m, flush=True))
     return 1 if any("error" in c for c in report["cells"]) else 0

@@ -203,6 +203,6 @@ def main(args: argparse.Namespace) -> int:
         print(f"idyn-control experiments: no cell matches {args.only!r}; cells: "
               + ", ".join(c["id"] for c in cells(args.quick)), file=sys.stderr)
         return 2
-    out = args.out if args.out and "seed000" not in str(args.out) else DEFAULT_OUT
+    out = args.out or DEFAULT_OUT
     run(quick=args.quick, out=out, only=only, log=lambda m: print(m, flush=True))
     return 0
