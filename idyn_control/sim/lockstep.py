@@ -59,10 +59,12 @@ ROBOT_GAINS: dict[str, dict[str, Any]] = {"quadruped": dict(_TROT_GAINS), "solo1
 
 #: the ``pid`` baseline's per-joint torque gain [N·m/(rad/s²)]: its default, diag(M) at
 #: the neutral pose, ignores the body the legs carry and cannot hold the robot up;
-#: these put the joint PD at about Kp = 400·k [N·m/rad]
+#: these put the joint PD at about Kp = 400·k [N·m/rad]. The integral carries the weight
+#: (quadruped: up to the effort limit; a faster integral, ki = 5-10, adds ki·Kd to the
+#: stiffness and shook the robot off compliant ground); Solo12 keeps its earlier bound
 PID_OPTIONS: dict[str, dict[str, Any]] = {
-    "quadruped": {"gain": 0.005, "ki": 10.0},
-    "solo12": {"gain": 0.015, "ki": 10.0},
+    "quadruped": {"gain": 0.005, "ki": 2.0},
+    "solo12": {"gain": 0.015, "ki": 10.0, "integral_limit": 0.15},
 }
 
 def formulation_options(robot: str, formulation: str) -> dict[str, Any]:
