@@ -25,7 +25,6 @@ setup(
         "scipy>=1.10",
         "pin>=3.0",
         "proxsuite>=0.6",
-        "qpsolvers>=4.0",
         "PyYAML>=6.0",
     ],
     extras_require={
@@ -36,7 +35,9 @@ setup(
             "ros-rmw-fastrtps-cpp",
         ],
         "sim": ["mujoco>=3.0", "matplotlib>=3.7", "mcap>=1.1", "mcap-ros2-support>=0.5"],
-        "test": ["pytest>=7", "example-robot-data>=4.0"],
+        "test": ["pytest>=7", "example-robot-data>=4.0", "qpsolvers>=4.0"],
+        # the other QP backends (`solver:` option); ProxQP needs none of them
+        "qpsolvers": ["qpsolvers>=4.0"],
     },
     zip_safe=False,
     maintainer="idyn_control maintainers",

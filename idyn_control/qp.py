@@ -46,9 +46,12 @@ _PROXQP_STATUS = {
 
 
 def solver_names() -> tuple[str, ...]:
-    """``proxqp`` (persistent) and every installed qpsolvers backend."""
-    import qpsolvers
-
+    """``proxqp`` (persistent) and every installed qpsolvers backend (qpsolvers is
+    optional: without it, ProxQP only)."""
+    try:
+        import qpsolvers
+    except ImportError:
+        return ("proxqp",)
     return ("proxqp",) + tuple(s for s in qpsolvers.available_solvers if s != "proxqp")
 
 
@@ -82,7 +85,7 @@ class QpSolver:
 
     def __init__(self, n: int, n_eq: int, n_in: int, *, solver: str = "proxqp",
                  warm_start: bool = True, eps_abs: float = 1e-8, max_iter: int = 100):
-        valid = solver_names()
+        valid = ("proxqp",) if solver == "proxqp" else solver_names()  # qpsolvers only when asked for
         if solver not in valid:
             raise UnknownNameError("QP solver", solver, valid)
         self.solver = solver

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -56,3 +58,17 @@ def test_a_positive_definite_qp_is_solved_by_every_backend():
 def test_unknown_solver_lists_installed_ones(load_robot):
     with pytest.raises(UnknownNameError, match="gurobi.*proxqp"):
         formulations.make("wbc_qp", load_robot("solo12"), solver="gurobi")
+
+
+def test_proxqp_needs_no_qpsolvers(monkeypatch, load_robot):
+    """On a ROS machine qpsolvers may be absent (no rosdep key): the default ProxQP path
+    must configure and solve without it, and asking for another backend says what exists."""
+    monkeypatch.setitem(sys.modules, "qpsolvers", None)  # import qpsolvers -> ImportError
+    assert solver_names() == ("proxqp",)
+    model = load_robot("solo12")
+    q = robots.standing_configuration(model, "solo12")
+    f = formulations.make("qp_coulomb", model, dt=1e-3, backend="python")
+    result = f.solve(q, np.zeros(model.nv), np.zeros(model.nv), active_contacts=model.contact_frames)
+    assert result.status == "solved"
+    with pytest.raises(UnknownNameError, match="proxqp"):
+        QpSolver(2, 0, 0, solver="osqp")
