@@ -158,7 +158,8 @@ def _write_mcap_from_trace(trace: Trace, opts: DemoOptions, path: Path) -> None:
     def msg(obj_cls, d):
         return obj_cls() if have_ros else d
 
-    with McapRecorder(path) as rec:
+    # simulated time starts at 0: stamp the log at the wall time the file is written
+    with McapRecorder(path, time_offset_ns=time.time_ns()) as rec:
         def put(topic, datatype, m):
             if have_ros:
                 rec.write_cdr(topic, datatype, serialize_message(m), t_ns)
@@ -324,18 +325,23 @@ def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
     for frame in model.contact_frames:
         topics[f"/{BRIDGE}/contact_wrench/{frame}"] = (WrenchStamped, "geometry_msgs/msg/WrenchStamped")
         topics[f"/{CONTROLLER}/contact_wrench/{frame}"] = (WrenchStamped, "geometry_msgs/msg/WrenchStamped")
-    from .recording import McapRecorder
+    from .recording import McapRecorder, qos_yaml, rclpy_qos
 
     sim = {"t_ns": 0, "heard": False}
-    mcap = McapRecorder(out / "demo.mcap")
+    # log time: /clock at arrival + the wall time the simulation started at
+    mcap = McapRecorder(out / "demo.mcap", time_offset_ns=time.time_ns())
     builder = _TraceBuilder(topics, model, opts)
 
     def make_cb(topic):
         datatype = topics[topic][1]
+        channel_qos = []  # the publishers' offered QoS, asked once at the first message
 
         def cb(data: bytes) -> None:  # record (raw CDR) and fill the per-tick arrays as it comes
             sim["heard"] = True
-            mcap.write_cdr(topic, datatype, data, sim["t_ns"])  # log time: /clock at arrival
+            if not channel_qos:
+                offers = [rclpy_qos(e.qos_profile) for e in node.get_publishers_info_by_topic(topic)]
+                channel_qos.append(qos_yaml(offers or [{}]))
+            mcap.write_cdr(topic, datatype, data, sim["t_ns"], qos=channel_qos[0])
             builder.add(topic, sim["t_ns"], data)
         return cb
 

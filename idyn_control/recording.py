@@ -13,6 +13,11 @@ Two ways in:
   lock-step run, too slow for 10⁴ messages/s);
 - :meth:`McapRecorder.write_cdr` takes an already serialized message (``rclpy``
   subscriptions with ``raw=True``): no decoding, no encoding, cheap at 1 kHz.
+
+Log times are wall-clock: a run stamped in simulated time from 0 gives
+``time_offset_ns`` (the wall time at its start), else viewers place it in 1970. Each
+channel carries rosbag2's ``offered_qos_profiles`` (the publishers' QoS, :func:`qos_yaml`)
+so ``ros2 bag play`` offers what was recorded instead of its default.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
+import yaml
 from mcap_ros2.writer import Writer as _Ros2Writer
 
 from .errors import ModelError
@@ -103,6 +109,33 @@ def msgdef(datatype: str) -> str:
     return "".join(parts)
 
 
+#: rmw's "infinite" duration (RMW_DURATION_INFINITE), as rosbag2 writes it
+_INFINITE = {"sec": 9223372036, "nsec": 854775807}
+
+
+def qos_yaml(profiles: Iterable[dict[str, Any]]) -> str:
+    """rosbag2's ``offered_qos_profiles`` (metadata version ≥ 9: policies by name).
+
+    Each profile: ``reliability`` ("reliable" | "best_effort"), ``durability``
+    ("volatile" | "transient_local"), ``history`` ("keep_last" | "keep_all"), ``depth``;
+    deadline, lifespan and liveliness lease are left unspecified (infinite)."""
+    out = []
+    for p in profiles:
+        out.append({
+            "history": p.get("history", "keep_last"), "depth": int(p.get("depth", 10)),
+            "reliability": p.get("reliability", "reliable"), "durability": p.get("durability", "volatile"),
+            "deadline": dict(_INFINITE), "lifespan": dict(_INFINITE), "liveliness": "automatic",
+            "liveliness_lease_duration": dict(_INFINITE), "avoid_ros_namespace_conventions": False,
+        })
+    return yaml.safe_dump(out, sort_keys=False)
+
+
+def rclpy_qos(profile: Any) -> dict[str, Any]:
+    """The fields :func:`qos_yaml` reads, from an ``rclpy.qos.QoSProfile``."""
+    return {"history": profile.history.name.lower(), "depth": int(profile.depth),
+            "reliability": profile.reliability.name.lower(), "durability": profile.durability.name.lower()}
+
+
 class McapRecorder:
     """An MCAP file of ROS 2 messages (see the module docstring)::
 
@@ -110,8 +143,9 @@ class McapRecorder:
             rec.write("/joint_states", "sensor_msgs/msg/JointState", {...}, t_ns)
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, *, time_offset_ns: int = 0):
         self.path = Path(path)
+        self.time_offset_ns = int(time_offset_ns)  # added to every t_ns: wall clock at t = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "wb")
         self._writer = _Ros2Writer(self._file)
@@ -126,24 +160,33 @@ class McapRecorder:
             self._schemas[key] = self._writer.register_msgdef(key, msgdef(key))
         return self._schemas[key]
 
-    def write(self, topic: str, datatype: str, message: Any, t_ns: int) -> None:
-        """Encode and write one message (dict or attribute object) at log time ``t_ns``."""
-        self._writer.write_message(topic, self.schema(datatype), message, log_time=int(t_ns),
-                                   publish_time=int(t_ns))
+    def write(self, topic: str, datatype: str, message: Any, t_ns: int, *, qos: str | None = None) -> None:
+        """Encode and write one message (dict or attribute object) at log time ``t_ns``
+        (+ the offset); ``qos``: the channel's offered QoS (:func:`qos_yaml`), read once."""
+        schema = self.schema(datatype)
+        if topic not in self._channels:
+            # register the channel with its metadata; the mcap-ros2 writer then reuses it
+            self._writer._channel_ids[topic] = self._channel(topic, schema, qos)
+        t = int(t_ns) + self.time_offset_ns
+        self._writer.write_message(topic, schema, message, log_time=t, publish_time=t)
         self.counts[topic] = self.counts.get(topic, 0) + 1
 
-    def write_cdr(self, topic: str, datatype: str, data: bytes, t_ns: int) -> None:
-        """Write one already CDR-serialized message."""
+    def write_cdr(self, topic: str, datatype: str, data: bytes, t_ns: int, *, qos: str | None = None) -> None:
+        """Write one already CDR-serialized message (see :meth:`write`)."""
         channel = self._channels.get(topic)
         if channel is None:
-            schema = self.schema(datatype)
-            # the mcap-ros2 writer's own McapWriter: same file, same schema records
-            channel = self._writer._writer.register_channel(topic=topic, message_encoding="cdr",
-                                                            schema_id=schema.id)
-            self._channels[topic] = channel
-        self._writer._writer.add_message(channel_id=channel, log_time=int(t_ns), publish_time=int(t_ns),
-                                         sequence=0, data=bytes(data))
+            channel = self._channel(topic, self.schema(datatype), qos)
+        t = int(t_ns) + self.time_offset_ns
+        self._writer._writer.add_message(channel_id=channel, log_time=t, publish_time=t, sequence=0, data=bytes(data))
         self.counts[topic] = self.counts.get(topic, 0) + 1
+
+    def _channel(self, topic: str, schema: Any, qos: str | None) -> int:
+        # the mcap-ros2 writer's own McapWriter: same file, same schema records
+        channel = self._writer._writer.register_channel(
+            topic=topic, message_encoding="cdr", schema_id=schema.id,
+            metadata={"offered_qos_profiles": qos if qos is not None else qos_yaml([{}])})
+        self._channels[topic] = channel
+        return channel
 
     def close(self) -> None:
         if not self._file.closed:

@@ -12,6 +12,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -229,3 +230,17 @@ def test_demo_without_ros_writes_report_mcap_and_png(tmp_path):
     assert {"/joint_states", "/odom", "/effort_controller/commands", "/idyn_sim/contact_wrench/FL_FOOT",
             "/idyn_controller/contact_wrench/FL_FOOT"} <= topics
     assert {"sensor_msgs/msg/JointState", "nav_msgs/msg/Odometry", "geometry_msgs/msg/WrenchStamped"} <= schemas
+    _assert_wall_clock_and_qos(summary)
+
+
+def _assert_wall_clock_and_qos(summary):
+    """Log times in wall-clock (not 1970) and rosbag2's offered QoS on every channel."""
+    import yaml
+
+    year_2020_ns = 1_577_836_800 * 10**9
+    assert summary.statistics.message_start_time > year_2020_ns
+    assert summary.statistics.message_start_time <= time.time_ns()
+    for channel in summary.channels.values():
+        profiles = yaml.safe_load(channel.metadata["offered_qos_profiles"])
+        assert profiles and profiles[0]["reliability"] in ("reliable", "best_effort"), channel.topic
+        assert profiles[0]["durability"] in ("volatile", "transient_local")

@@ -234,3 +234,10 @@ def test_demo_runs_end_to_end_through_ros(tmp_path):
     assert expected <= topics, expected - topics
     assert counts["/joint_states"] > 3500 and counts[COMMAND_TOPIC] > 3500
     assert first[3].child_frame_id  # decodes as nav_msgs/Odometry
+    assert summary.statistics.message_start_time > 1_577_836_800 * 10**9  # wall clock, not 1970
+    import yaml
+
+    joint_states = next(c for c in summary.channels.values() if c.topic == "/joint_states")
+    offered = yaml.safe_load(joint_states.metadata["offered_qos_profiles"])  # the bridge's STATE_QOS
+    # discovery carries reliability and durability, not history/depth (rosbag2 also writes "unknown")
+    assert len(offered) == 1 and offered[0]["reliability"] == "reliable" and offered[0]["durability"] == "volatile"
