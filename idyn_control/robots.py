@@ -7,6 +7,7 @@ The project's own quadruped ships in ``urdf/``; the others come from the PyPI pa
 from __future__ import annotations
 
 import math
+import os
 import site
 import sys
 import sysconfig
@@ -48,13 +49,23 @@ def share_dir() -> Path:
 
 @lru_cache(maxsize=None)
 def example_robot_data_dir() -> Path:
-    """``.../share/example-robot-data`` of the installed ``example-robot-data`` package."""
-    roots = list(site.getsitepackages()) + [sysconfig.get_paths()["purelib"]] + sys.path
-    for root in roots:
-        candidate = Path(root) / "cmeel.prefix" / "share" / "example-robot-data"
+    """``.../share/example-robot-data``, looked up in this order: the directory in
+    ``$IDYN_EXAMPLE_ROBOT_DATA``; the ROS package (``ros-<distro>-example-robot-data``,
+    found on ``$AMENT_PREFIX_PATH``, as the ament index does); pip's ``example-robot-data``
+    (under its ``cmeel.prefix``)."""
+    candidates = []
+    if os.environ.get("IDYN_EXAMPLE_ROBOT_DATA"):
+        candidates.append(Path(os.environ["IDYN_EXAMPLE_ROBOT_DATA"]))
+    for prefix in filter(None, os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep)):
+        candidates.append(Path(prefix) / "share" / "example-robot-data")
+    for root in list(site.getsitepackages()) + [sysconfig.get_paths()["purelib"]] + sys.path:
+        candidates.append(Path(root) / "cmeel.prefix" / "share" / "example-robot-data")
+    for candidate in candidates:
         if (candidate / "robots").is_dir():
             return candidate
-    raise ModelError("example-robot-data is not installed: pip install example-robot-data")
+    raise ModelError("example-robot-data not found: on ROS 2, `rosdep install` (or apt install "
+                     "ros-$ROS_DISTRO-example-robot-data); with pip, `pip install example-robot-data`; "
+                     "or set IDYN_EXAMPLE_ROBOT_DATA to its share/example-robot-data directory")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ with the contact forces carrying their weight.
 from __future__ import annotations
 
 import math
+import os
 import xml.etree.ElementTree as ET
 
 import mujoco
@@ -357,3 +358,26 @@ def test_bad_options_are_rejected_with_the_valid_values(quadruped):
         build_mujoco(quadruped, timestep=-1e-3)
     with pytest.raises(UnknownNameError, match="contacts"):
         build_mujoco(quadruped, collision="meshes")
+
+
+@pytest.mark.parametrize("how", ["env", "ament_prefix"])
+def test_example_robot_data_found_where_a_ros_install_puts_it(how, tmp_path, monkeypatch):
+    """A ROS machine gets example-robot-data from its distro (share/ under an ament prefix),
+    not from pip; a user can also point at it explicitly."""
+    from idyn_control import robots as robots_module
+
+    real = robots_module.example_robot_data_dir()
+    prefix = tmp_path / "opt_ros"
+    (prefix / "share").mkdir(parents=True)
+    (prefix / "share" / "example-robot-data").symlink_to(real, target_is_directory=True)
+    if how == "env":
+        monkeypatch.setenv("IDYN_EXAMPLE_ROBOT_DATA", str(prefix / "share" / "example-robot-data"))
+    else:
+        monkeypatch.setenv("AMENT_PREFIX_PATH", f"/nonexistent{os.pathsep}{prefix}")
+    robots_module.example_robot_data_dir.cache_clear()
+    try:
+        found = robots_module.example_robot_data_dir()
+    finally:
+        robots_module.example_robot_data_dir.cache_clear()
+    assert found == prefix / "share" / "example-robot-data"
+    assert (found / "robots" / "solo_description" / "robots" / "solo12.urdf").is_file()
