@@ -16,7 +16,7 @@ from conftest import FIXED, FLOATING, random_state, standing_state
 
 from idyn_control import formulations, robots
 from idyn_control.bench_contacts import contact_scaling, multi_contact_model
-from idyn_control.formulations.lcp_noslip import find_indices
+from idyn_control.formulations.lcp_noslip import CONTACT_TARGETS, find_indices
 from idyn_control.lcp import Lemke, PrincipalPivoting, lemke, ppm
 
 LCP_FORMULATIONS = ("lcp_noslip", "lcp_coulomb")
@@ -258,39 +258,54 @@ def test_baumgarte_gap_and_penetration(load_robot, name):
     assert f_n.sum() > 10 * 9.81 * sum(inertia.mass for inertia in model.pin_model.inertias)
 
 
+def _contact_velocity_after_step(form, v, qdd, qdd_des, target):
+    """Active contacts' velocities v⁺ = v + Δt q̈ in their bases (t1, t2, n), minus the
+    ``contact_target`` they are held to: 0 ("rest", seed 000 §4 with φ = 0) or the desired
+    motion's velocity J (v + Δt q̈_des) ("desired")."""
+    basis = form.contacts.basis[form.contacts.order]
+    J = form.contacts.J[form.contacts.order]
+    vel = np.einsum("nij,njk,k->ni", basis, J, v + form.dt * qdd)
+    if target == "desired":
+        vel -= np.einsum("nij,njk,k->ni", basis, J, v + form.dt * qdd_des)
+    return vel
+
+
+@pytest.mark.parametrize("target", CONTACT_TARGETS)
 @pytest.mark.parametrize("robot", ["solo12", "anymal_c", "go2"])
-def test_noslip_velocity_level_constraints_hold(load_robot, rng, robot):
+def test_noslip_velocity_level_constraints_hold(load_robot, rng, robot, target):
     """Seed 000 eq. 35–41 on v⁺ = v + Δt q̈: no slip, no penetration, and complementarity
     between normal force and separating velocity — also when q̈_des was inconsistent and
-    the consistency QP (§4.5) had to change it."""
+    the consistency step (§4.5) had to change it. With ``contact_target="desired"`` the
+    same hold relative to the desired motion's contact velocity."""
     model = _load(load_robot, robot)
-    form = formulations.make("lcp_noslip", model)
+    form = formulations.make("lcp_noslip", model, contact_target=target)
     adjusted = 0
     for q, v, a in _states(robot, model, rng, n_random=4):
         result = form.solve(q, v, a, model.contact_frames)
         adjusted += form.adjusted
-        v_plus = v + form.dt * result.qdd
-        basis = form.contacts.basis[form.contacts.order]
-        vel = np.einsum("nij,njk,k->ni", basis, form.contacts.J[form.contacts.order], v_plus)
+        vel = _contact_velocity_after_step(form, v, result.qdd, a, target)
         scale = max(1.0, float(np.abs(form.contacts.J[form.contacts.order] @ v).max()))
         assert np.abs(vel[:, :2]).max() <= 1e-5 * scale
         assert vel[:, 2].min() >= -1e-6 * scale
         f_n = _normal_forces(form, result)
         assert float(np.abs(f_n * vel[:, 2]).max()) <= 1e-5 * scale * max(1.0, f_n.max())
-    assert adjusted >= 1  # random joint accelerations splay the legs: §4.5 was exercised
+    if target == "rest":
+        assert adjusted >= 1  # random joint accelerations splay the legs: §4.5 was exercised
+    else:  # the feet move as the desired motion has them: nothing to make consistent
+        assert adjusted == 0
 
 
+@pytest.mark.parametrize("target", CONTACT_TARGETS)
 @pytest.mark.parametrize("robot", ["solo12", "anymal_c"])
-def test_coulomb_friction_does_no_positive_work(load_robot, rng, robot):
+def test_coulomb_friction_does_no_positive_work(load_robot, rng, robot, target):
     """Maximal dissipation (seed 000 eq. 55–56): sliding contacts get friction opposing
-    the tangential velocity v⁺; contacts never penetrate."""
+    the tangential velocity v⁺ (relative to the contact target); contacts never penetrate."""
     model = _load(load_robot, robot)
-    form = formulations.make("lcp_coulomb", model)
+    form = formulations.make("lcp_coulomb", model, contact_target=target)
     for q, v, a in _states(robot, model, rng, n_random=4):
         result = form.solve(q, v, a, model.contact_frames)
-        v_plus = v + form.dt * result.qdd
         basis = form.contacts.basis[form.contacts.order]
-        vel = np.einsum("nij,njk,k->ni", basis, form.contacts.J[form.contacts.order], v_plus)
+        vel = _contact_velocity_after_step(form, v, result.qdd, a, target)
         f_loc = np.einsum("nij,nj->ni", basis, result.forces)
         scale = max(1.0, float(np.abs(vel).max())) * max(1.0, float(np.abs(f_loc).max()))
         assert np.all(np.einsum("ni,ni->n", f_loc[:, :2], vel[:, :2]) <= 1e-6 * scale)
@@ -452,13 +467,13 @@ def _splaying_state(robot, model, rng):
 @pytest.mark.parametrize("robot", ["quadruped", "solo12"])
 @pytest.mark.parametrize("name", LCP_FORMULATIONS)
 def test_inconsistent_stance_accelerations_are_made_consistent_in_closed_form(load_robot, rng, robot, name):
-    """Seed 000 §4.5: legs splaying while the feet must stick. The formulation replaces
-    q̈_j by the nearest joint accelerations for which every stance foot sticks
-    (J v⁺ tangential = 0, v⁺ = v + Δt q̈), solves, and the dynamics hold — no failure,
-    no QP. Already-consistent q̈_des is left untouched."""
+    """Seed 000 §4.5: legs splaying while the feet must stick (``contact_target="rest"``,
+    the paper's J v⁺ = 0). The formulation replaces q̈_j by the nearest joint accelerations
+    for which every stance foot sticks (J v⁺ tangential = 0, v⁺ = v + Δt q̈), solves, and
+    the dynamics hold — no failure, no QP. Already-consistent q̈_des is left untouched."""
     model = _load(load_robot, robot)
-    form = formulations.make(name, model, friction_cone="pyramid") if name == "lcp_coulomb" else \
-        formulations.make(name, model)
+    form = formulations.make(name, model, contact_target="rest", friction_cone="pyramid") \
+        if name == "lcp_coulomb" else formulations.make(name, model, contact_target="rest")
     q, v, a = _splaying_state(robot, model, rng)
     result = form.solve(q, v, a, model.contact_frames)
     assert result.status == "solved" and form.adjusted and not form._after_qp
@@ -505,14 +520,8 @@ def test_indeterminate_stance_loads_every_foot_with_least_norm_forces(load_robot
     assert np.abs(np.diff(forces, axis=0)).max() < 0.1 * weight
 
 
-_COULOMB_SOLO12_LEMKE = pytest.mark.xfail(
-    strict=True, reason="known weakness: on Solo12 a tick falls to Lemke's sliding branch at μ = 1e3 "
-    "and predicts ~13 kN of friction (sticking solution rejected), see the lcp_coulomb docstring")
-
-
-@pytest.mark.parametrize("robot,name", [("quadruped", "lcp_noslip"), ("quadruped", "lcp_coulomb"),
-                                        ("solo12", "lcp_noslip"),
-                                        pytest.param("solo12", "lcp_coulomb", marks=_COULOMB_SOLO12_LEMKE)])
+@pytest.mark.parametrize("robot", ["quadruped", "solo12"])
+@pytest.mark.parametrize("name", LCP_FORMULATIONS)
 def test_closed_loop_prediction_matches_mujoco_while_standing(robot, name):
     """Lock-step with MuJoCo, rigid ground, μ = ∞, standing 1 s with the default
     controller (weighted, so slightly inconsistent q̈_des): no tick falls back, the

@@ -50,8 +50,12 @@ import numpy as np
 
 from ..lcp import (Lemke, LcpResult, PrincipalPivoting, cholesky_lower, cholesky_solve,
                    triangular_solve)
+from ..errors import ConfigError
 from ..qp import FAILED, INF, SOLVED, QpSolver
 from .base import Formulation
+
+#: values of the ``contact_target`` option (see ``VelocityLevelContact._target_velocity``)
+CONTACT_TARGETS = ("desired", "rest")
 
 
 def find_indices(rows: np.ndarray, *, tol: float = 1e-8) -> tuple[np.ndarray, np.ndarray]:
@@ -112,6 +116,9 @@ class VelocityLevelContact(Formulation):
 
     def __init__(self, model, *, dt=1e-3, **options):
         super().__init__(model, dt=dt, **options)
+        if self.options.get("contact_target", "rest") not in CONTACT_TARGETS:
+            raise ConfigError("contact_target", self.options["contact_target"],
+                              f"must be one of {CONTACT_TARGETS}")
         k, nv, nb = self.contacts.size, model.nv, model.n_base
         self._Jc = np.zeros((k, 3, nv))
         self._c = np.zeros((k, 3))
@@ -119,6 +126,8 @@ class VelocityLevelContact(Formulation):
         self._f_world = np.zeros((k, 3))
         self._qdd0 = np.zeros(nv)
         self._u = np.zeros(nv)
+        self._u_des = np.zeros(nv)
+        self._target = np.zeros((k, 3))
         self._qdd_j = np.zeros(model.na)
         self._L_base = np.zeros((nb, nb))
         self._sel = np.zeros(0, dtype=int)   # Find-Indices: kept tangent rows
@@ -144,11 +153,38 @@ class VelocityLevelContact(Formulation):
         np.matmul(Jc, self._u, out=c)
         if self.options["drift"]:
             c += np.einsum("nij,nj->ni", R, cs.drift[order])
-        c[:, 2] += cs.phi[order] / self.dt**2  # Baumgarte −φ/Δt on the velocity (§3.2)
+        c -= self._target_velocity(n) / self.dt
         if nb:
             Bt = self._Bt[:n].reshape(3 * n, nb)
             Bt[:] = triangular_solve(self._L_base, Jc[:, :, :nb].reshape(3 * n, nb).T).T
         return n
+
+    def _target_velocity(self, n: int) -> np.ndarray:
+        """Each active contact's velocity after the step that the LCP rows ask for, in its
+        basis (t1, t2, n) [m/s]: sticking rows t·J v⁺ = target, normal rows n·J v⁺ ≥ target.
+
+        ``contact_target="rest"`` is seed 000 §4 as written: (0, 0, −φ/Δt), the contacts
+        stop within one step (Baumgarte §3.2). ``"desired"`` (default) takes the contact
+        velocity of the desired motion, R J (v + Δt q̈_des), whose stance rows the kinematic
+        layer damps over several ticks (the normal one at most −φ/Δt: a foot may keep
+        approaching as fast as the desired motion has it, never faster). In closed loop the
+        one-step stop of a creeping or landing foot (6–19 mm/s median, 0.1 m/s at touchdown
+        on the project quadruped trotting) became joint-acceleration corrections of up to
+        100 rad/s² and predicted impulses the ground never applied; see qp_contact's
+        ``dissipation`` for the same choice in the QP.
+        """
+        cs = self.contacts
+        order = cs.order
+        target = self._target[:n]
+        if self.options["contact_target"] == "desired" and self.model.n_base:
+            np.multiply(self.qdd_des, self.dt, out=self._u_des)
+            self._u_des += self.terms.v
+            np.matmul(self._Jc[:n], self._u_des, out=target)
+            target[:, 2] -= cs.phi[order] / self.dt
+        else:
+            target[:, :2] = 0.0
+            np.multiply(cs.phi[order], -1.0 / self.dt, out=target[:, 2])
+        return target
 
     def _find_indices(self, n: int) -> None:
         """Find-Indices (seed 000 Alg. 1) on the active tangent rows: ``_sel``, ``_Lk``."""
@@ -247,8 +283,14 @@ class LcpNoSlip(VelocityLevelContact):
         # among equivalent normal forces (indeterminate stance) return the least-norm
         # ones — every touching foot loaded — instead of the pivoting basis' vertex
         "spread_forces": True,
+        # share the tangential forces among the loaded feet in proportion to their normal
+        # force (same base wrench) instead of loading the rows Find-Indices kept
+        "spread_friction": True,
         # add Δt·J̇v to the contact velocity (seed 000 keeps J constant over Δt)
         "drift": False,
+        # the contacts' velocity after the step (see _target_velocity): "desired" the
+        # desired motion's, "rest" zero as in seed 000 §4 (Baumgarte −φ/Δt on the normal)
+        "contact_target": "desired",
         # Find-Indices: a tangent row within √rank_tol (10 %) of the kept rows' span is dependent
         "rank_tol": 1e-2,
         # PPM: relative tolerance on w ≥ 0, z ≥ 0
@@ -384,6 +426,8 @@ class LcpNoSlip(VelocityLevelContact):
             if sel.size:
                 f_sel = -triangular_solve(Lk, y + W @ (N_rows.T @ z), transpose=True)
                 f_loc[sel // 2, sel % 2] = f_sel  # tangent row 2i+j is contact i, direction j
+                if self.options["spread_friction"]:
+                    self._spread_tangential(T_rows, W, f_loc)
             # every tangent row, kept or dropped, must hold (App. E); else q̈_des is inconsistent.
             # A dropped row is only known to lie within √rank_tol·‖row‖ of the kept rows'
             # span, so it may slip by that times the base response ‖x‖.
@@ -401,6 +445,42 @@ class LcpNoSlip(VelocityLevelContact):
         np.einsum("nij,ni->nj", cs.basis[cs.order], f_loc, out=f_world)
         self._finish(f_world, self._qdd_j)
         return True, iters, solve_time
+
+    def _spread_tangential(self, T_rows: np.ndarray, W: np.ndarray, f_loc: np.ndarray) -> None:
+        """Tangential forces shared among the loaded contacts, same motion (in place).
+
+        Find-Indices keeps a maximal independent set of tangent rows and gives the others
+        no force (seed 000 App. E): on a plane that is three rows (f_x, f_y and the yaw
+        moment: horizontal forces at coplanar feet span no more), so the rows kept — the
+        first contacts' — carry all the friction, even when their contact carries no normal
+        force: a separating foot that pulls sideways (the project quadruped trotting: 10 N
+        tangential at zero normal force, rejected by the cone test, after which Lemke's
+        sliding answer at μ = 1e3 carried ±2·10⁴ N), or two diagonal feet of which one
+        takes all the forward force. Tangential forces with the same wrench along the kept
+        rows (orthonormal ``W``, r × n_b) give the same motion to App. E's accuracy (the
+        rest is internal force between the feet), so among them this takes the ones
+        minimizing Σ_i ‖f_t,i‖² / f_N,i:
+
+            f_t = D T Wᵀ (W Tᵀ D T Wᵀ)⁻¹ W Tᵀ f_t,   D = diag(f_N)
+
+        friction in proportion to the normal load (for a pure force, the same ratio
+        |f_t|/f_N at every foot), none on unloaded feet. Kept as found when the loaded
+        contacts cannot produce that wrench (the r × r matrix is near-singular).
+        """
+        n = f_loc.shape[0]
+        d = np.repeat(np.maximum(f_loc[:, 2], 0.0), 2)
+        if n < 2 or not d.any():
+            return
+        f_t = f_loc[:, :2].reshape(2 * n)
+        TW = T_rows @ W.T                  # (2n, r): the rows in the kept directions
+        DTW = TW * d[:, None]
+        L = cholesky_lower(TW.T @ DTW)     # (r, r), SPD when the loaded feet span the rows
+        if L is None:
+            return
+        pivots = np.abs(np.diag(L))
+        if float(pivots.min()) <= 1e-6 * float(pivots.max()):
+            return
+        f_loc[:, :2] = (DTW @ cholesky_solve(L, TW.T @ f_t)).reshape(n, 2)
 
     def _spread(self, H: np.ndarray, res: LcpResult, tol: float) -> np.ndarray:
         """The least-norm normal forces among those equivalent to the LCP's ``res.z``.
@@ -462,11 +542,11 @@ class LcpNoSlip(VelocityLevelContact):
         nv, nb, k = m.nv, m.n_base, cs.size
         qp = self._qp
         Jc = self._Jc[:n]
-        # velocity-level terms without the prescribed q̈: R (J v/Δt [+ J̇v]) + φ/Δt²
+        # velocity-level terms without the prescribed q̈: R (J v/Δt [+ J̇v]) − target/Δt
         c_free = Jc @ (self.terms.v / self.dt)
         if self.options["drift"]:
             c_free += np.einsum("nij,nj->ni", cs.basis[cs.order], cs.drift[cs.order])
-        c_free[:, 2] += cs.phi[cs.order] / self.dt**2
+        c_free -= self._target_velocity(n) / self.dt
         qdd_des_j = self.qdd_des[nb:]
         s_f = self._force_scale
         s_a = max(1.0, float(np.abs(c_free).max()), float(np.abs(qdd_des_j).max(initial=0.0)),
