@@ -8,6 +8,13 @@ Velocity level (seed 000 §3, §4.2): over one control period Δt the contact fo
     t1ᵢ·J_i v⁺ = 0,  t2ᵢ·J_i v⁺ = 0                    no slip (eq. 40–41)
     0 ≤ n_i·f_i  ⊥  n_i·J_i v⁺ + φ_i/Δt ≥ 0            unilateral + Baumgarte (eq. 35–36)
 
+**Contact target** (option ``contact_target``): as written, the rows hold the contacts
+still after the step (J v⁺ = 0, n·J v⁺ ≥ −φ/Δt: ``"rest"``). In closed loop that stops a
+creeping or landing foot within one period, which the kinematic layer's stance task
+(damping foot velocity over several ticks) contradicts; ``"desired"`` (default, floating
+base) holds each contact to the desired motion's velocity instead (see
+``_target_velocity``), as qp_contact's ``dissipation="desired"`` does for the QP.
+
 With the joint accelerations prescribed, the only free motion is the base's: the MLCP
 (eq. 42–43) keeps M_bb (6×6) as its "A" block, and with L Lᵀ = M_bb and the contact rows
 scaled as B̃ = J_b L⁻ᵀ the LCP (eq. 44–45) is M_lcp = H Hᵀ with H an n×6 matrix — never
@@ -35,7 +42,11 @@ Per tick:
    fails (rare: e.g. a no-slip row dropped as near-dependent, in violent motions) the
    status is "failed" and ``_fallback`` gives zero forces, q̈_j = 0. (The QP's own
    forces are no safer: without complementarity it may push on feet that leave.)
-4. q̈_b follows from the base rows with the forces found and τ from the joint rows
+4. Among the forces with the same motion, the normal ones are the least-norm ones
+   (``_spread``) and the tangential ones are shared in proportion to the normal load
+   (``_spread_tangential``); a contact left with tangential but no normal force (a foot
+   pulling sideways) is released and the rest solved again (``_release``).
+5. q̈_b follows from the base rows with the forces found and τ from the joint rows
    (``torque_from_dynamics``), so the dynamics hold to round-off.
 
 Fixed-base robots have no free motion: with contacts, forces are zero when the desired
@@ -131,6 +142,7 @@ class VelocityLevelContact(Formulation):
         self._qdd_j = np.zeros(model.na)
         self._L_base = np.zeros((nb, nb))
         self._sel = np.zeros(0, dtype=int)   # Find-Indices: kept tangent rows
+        self._may_release = True             # see LcpNoSlip._release
         self._Lk = np.zeros((0, 0))          # Cholesky factor of their Gram matrix
 
     def _reduce(self, qdd_j: np.ndarray) -> int:
@@ -283,9 +295,9 @@ class LcpNoSlip(VelocityLevelContact):
         # among equivalent normal forces (indeterminate stance) return the least-norm
         # ones — every touching foot loaded — instead of the pivoting basis' vertex
         "spread_forces": True,
-        # share the tangential forces among the loaded feet in proportion to their normal
-        # force (same base wrench) instead of loading the rows Find-Indices kept
-        "spread_friction": True,
+        # tangential forces among the loaded feet with the same motion: "torque" minimum
+        # torques, "load" in proportion to the normal force, False the rows Find-Indices kept
+        "spread_friction": "torque",
         # add Δt·J̇v to the contact velocity (seed 000 keeps J constant over Δt)
         "drift": False,
         # the contacts' velocity after the step (see _target_velocity): "desired" the
@@ -427,7 +439,7 @@ class LcpNoSlip(VelocityLevelContact):
                 f_sel = -triangular_solve(Lk, y + W @ (N_rows.T @ z), transpose=True)
                 f_loc[sel // 2, sel % 2] = f_sel  # tangent row 2i+j is contact i, direction j
                 if self.options["spread_friction"]:
-                    self._spread_tangential(T_rows, W, f_loc)
+                    self._spread_tangential(T_rows, W, f_loc, x)
             # every tangent row, kept or dropped, must hold (App. E); else q̈_des is inconsistent.
             # A dropped row is only known to lie within √rank_tol·‖row‖ of the kept rows'
             # span, so it may slip by that times the base response ‖x‖.
@@ -440,32 +452,85 @@ class LcpNoSlip(VelocityLevelContact):
         tol = self.options["consistency_tol"] * (100.0 if self._after_qp else 1.0) * scale
         if float(slip.max(initial=0.0)) > tol:
             return False, iters, solve_time
+        if nb:
+            f_tol = 1e-9 * max(1.0, float(np.abs(f_loc).max()))
+            pulling = (f_loc[:, 2] <= f_tol) & (np.abs(f_loc[:, :2]).max(axis=1) > f_tol)
+            if pulling.any() and self._may_release:
+                ok, it, dt_s = self._release(n, pulling)
+                return ok, iters + it, solve_time + dt_s
         self._nonbasic[cs.order] = res.basis
         f_world = self._f_world[:n]
         np.einsum("nij,ni->nj", cs.basis[cs.order], f_loc, out=f_world)
         self._finish(f_world, self._qdd_j)
         return True, iters, solve_time
 
-    def _spread_tangential(self, T_rows: np.ndarray, W: np.ndarray, f_loc: np.ndarray) -> None:
+    def _release(self, n: int, released: np.ndarray) -> tuple[bool, int, float]:
+        """Solve again without the ``released`` contacts; they must not penetrate.
+
+        The no-slip rows of §4 hold whatever the normal force: a contact the LCP leaves
+        with zero normal force may still be given tangential force when the loaded
+        contacts cannot produce the wrench on their own — a foot that pulls sideways on
+        the ground, which no friction can do (seen trotting at touchdown; the cone test
+        then rejected the answer and Lemke's sliding one at μ = 1e3 predicted 60 N of
+        friction against 25 N measured). Such contacts are released (their rows carry
+        nothing; the rows of the others are unchanged) and the rest is solved again; the
+        answer stands if they then do not penetrate (n·J v⁺ ≥ target). Otherwise they are
+        needed and the answer with them is returned: §4's, for ``lcp_noslip``; for
+        ``lcp_coulomb`` the cone test rejects it and Lemke's answer follows.
+        """
+        entry_Bt, entry_c = self._Bt[:n].copy(), self._c[:n].copy()  # deeper calls release more
+        keep_Bt, keep_c = entry_Bt[released], entry_c[released]
+        self._Bt[:n][released] = 0.0
+        self._c[:n][released] = 0.0
+        self._c[:n, 2][released] = 1.0   # w = 1 > 0: no force
+        self._find_indices(n)
+        ok, iters, solve_time = self._solve_contacts(n)
+        if ok:
+            # their normal rows after the step: c_n + N x, with x the base response
+            nb = self.model.n_base
+            x = self._L_base.T @ (self.qdd[:nb] - self._qdd0[:nb])   # Bt = J_b L⁻ᵀ
+            scale = max(1.0, float(np.abs(keep_c[:, 2]).max()))
+            ok = bool(np.all(keep_c[:, 2] + keep_Bt[:, 2] @ x >= -self.options["consistency_tol"] * scale))
+        if not ok:  # they are needed: back to the answer with them (the cone test judges it)
+            self._Bt[:n] = entry_Bt
+            self._c[:n] = entry_c
+            self._find_indices(n)
+            self._may_release = False
+            try:
+                ok, it, dt_s = self._solve_contacts(n)
+            finally:
+                self._may_release = True
+            iters += it
+            solve_time += dt_s
+        return ok, iters, solve_time
+
+    def _spread_tangential(self, T_rows: np.ndarray, W: np.ndarray, f_loc: np.ndarray, x: np.ndarray) -> None:
         """Tangential forces shared among the loaded contacts, same motion (in place).
 
         Find-Indices keeps a maximal independent set of tangent rows and gives the others
         no force (seed 000 App. E): on a plane that is three rows (f_x, f_y and the yaw
         moment: horizontal forces at coplanar feet span no more), so the rows kept — the
         first contacts' — carry all the friction, even when their contact carries no normal
-        force: a separating foot that pulls sideways (the project quadruped trotting: 10 N
-        tangential at zero normal force, rejected by the cone test, after which Lemke's
-        sliding answer at μ = 1e3 carried ±2·10⁴ N), or two diagonal feet of which one
-        takes all the forward force. Tangential forces with the same wrench along the kept
-        rows (orthonormal ``W``, r × n_b) give the same motion to App. E's accuracy (the
-        rest is internal force between the feet), so among them this takes the ones
-        minimizing Σ_i ‖f_t,i‖² / f_N,i:
+        force: a foot that pulls sideways (the project quadruped trotting: 10 N tangential
+        at zero normal force, rejected by the cone test, after which Lemke's sliding answer
+        at μ = 1e3 carried ±2·10⁴ N), or two diagonal feet of which one takes all the
+        forward force. Tangential forces f_t with the same wrench along the kept rows
+        (orthonormal ``W``, r × n_b) give the same motion to App. E's accuracy; the rest is
+        internal force between the feet, which only the torques see. Among them, with
+        none on feet without normal force (D = diag(f_N)):
 
-            f_t = D T Wᵀ (W Tᵀ D T Wᵀ)⁻¹ W Tᵀ f_t,   D = diag(f_N)
+        - ``spread_friction="load"``: min Σ_i ‖f_t,i‖² / f_N,i, friction in proportion to
+          the normal load, f_t = D T Wᵀ (W Tᵀ D T Wᵀ)⁻¹ W Tᵀ f_t;
+        - ``"torque"`` (default): min ‖τ‖² (+ 1e-6 of the above, a tie-break), the
+          minimum-torque internal forces, as the QP's Stage II picks them (seed 000
+          eq. 102–112). τ = (M q̈ + h)_j − J_N,jᵀ f_N − J_t,jᵀ f_t with q̈ (``x``: the base
+          response, q̈_b = q̈₀_b + L⁻ᵀ x) and f_N fixed: an equality-constrained least
+          squares, solved through its KKT system. On the 30 s waypoint task (quadruped,
+          rigid μ∞) the robot fell at 1.2 s with "load", at 7.0 s with "torque"
+          (torques saturating less after a foot lands late).
 
-        friction in proportion to the normal load (for a pure force, the same ratio
-        |f_t|/f_N at every foot), none on unloaded feet. Kept as found when the loaded
-        contacts cannot produce that wrench (the r × r matrix is near-singular).
+        Kept as found when the loaded contacts cannot produce that wrench (the r × r
+        matrix W Tᵀ D T Wᵀ is near-singular).
         """
         n = f_loc.shape[0]
         d = np.repeat(np.maximum(f_loc[:, 2], 0.0), 2)
@@ -480,7 +545,29 @@ class LcpNoSlip(VelocityLevelContact):
         pivots = np.abs(np.diag(L))
         if float(pivots.min()) <= 1e-6 * float(pivots.max()):
             return
-        f_loc[:, :2] = (DTW @ cholesky_solve(L, TW.T @ f_t)).reshape(n, 2)
+        wrench = TW.T @ f_t
+        if self.options["spread_friction"] != "torque":
+            f_loc[:, :2] = (DTW @ cholesky_solve(L, wrench)).reshape(n, 2)
+            return
+        nb = self.model.n_base
+        loaded = np.flatnonzero(d > 0.0)
+        m, r = loaded.size, TW.shape[1]
+        qdd = self.qdd
+        qdd[nb:] = self._qdd_j
+        qdd[:nb] = self._qdd0[:nb] + triangular_solve(self._L_base, x, transpose=True)
+        Jc = self._Jc[:n]
+        tau_rest = self.terms.M[nb:] @ qdd + self.terms.h[nb:] - Jc[:, 2, nb:].T @ f_loc[:, 2]
+        Jt = Jc[:, :2, nb:].reshape(2 * n, -1)[loaded]        # (m, n_a): τ = tau_rest − Jtᵀ f_t
+        K = np.zeros((m + r, m + r))
+        np.matmul(Jt, Jt.T, out=K[:m, :m])
+        tie = 1e-6 * max(1.0, float(np.trace(K[:m, :m])) / m) * float(d[loaded].mean())
+        K[np.arange(m), np.arange(m)] += tie / d[loaded]
+        K[m:, :m] = TW[loaded].T
+        K[:m, m:] = TW[loaded]
+        sol = np.linalg.solve(K, np.concatenate((Jt @ tau_rest, wrench)))
+        f_t[:] = 0.0
+        f_t[loaded] = sol[:m]
+        f_loc[:, :2] = f_t.reshape(n, 2)
 
     def _spread(self, H: np.ndarray, res: LcpResult, tol: float) -> np.ndarray:
         """The least-norm normal forces among those equivalent to the LCP's ``res.z``.
