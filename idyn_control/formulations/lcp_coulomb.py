@@ -132,12 +132,16 @@ class LcpCoulomb(LcpNoSlip):
     def _inside_cones(self, n: int) -> bool:
         """True when the forces just written (``_f_loc``, contact bases) lie in the cones."""
         f = self._f_loc[:n]
-        mu = self.contacts.mu[self.contacts.order]
-        tol = 1e-9 * max(1.0, float(np.abs(f).max(initial=0.0)))
-        t = np.abs(f[:, :2])
+        return self._within_friction(f[:, :2], f[:, 2])
+
+    def _within_friction(self, f_t: np.ndarray, f_n: np.ndarray) -> bool:
+        """Whether tangential forces ``f_t`` (n, 2) lie in the cones at normal forces ``f_n``."""
+        mu = self.contacts.mu[self.contacts.order][:f_n.size]
+        tol = 1e-9 * max(1.0, float(np.abs(f_t).max(initial=0.0)), float(np.abs(f_n).max(initial=0.0)))
+        t = np.abs(f_t)
         if self.options["friction_cone"] == "pyramid":
-            return bool(np.all(t <= (mu * f[:, 2])[:, None] + tol))
-        return bool(np.all(t.sum(axis=1) <= mu * f[:, 2] + tol))
+            return bool(np.all(t <= (mu * f_n)[:, None] + tol))
+        return bool(np.all(t.sum(axis=1) <= mu * f_n + tol))
 
     def _solve_lcp(self, qdd_j: np.ndarray):
         """LCP of eq. 64 for joint accelerations ``qdd_j``; on success writes q̈, τ, forces."""
