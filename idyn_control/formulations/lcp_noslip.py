@@ -176,14 +176,21 @@ class VelocityLevelContact(Formulation):
         basis (t1, t2, n) [m/s]: sticking rows t·J v⁺ = target, normal rows n·J v⁺ ≥ target.
 
         ``contact_target="rest"`` is seed 000 §4 as written: (0, 0, −φ/Δt), the contacts
-        stop within one step (Baumgarte §3.2). ``"desired"`` (default) takes the contact
-        velocity of the desired motion, R J (v + Δt q̈_des), whose stance rows the kinematic
-        layer damps over several ticks (the normal one at most −φ/Δt: a foot may keep
-        approaching as fast as the desired motion has it, never faster). In closed loop the
-        one-step stop of a creeping or landing foot (6–19 mm/s median, 0.1 m/s at touchdown
-        on the project quadruped trotting) became joint-acceleration corrections of up to
-        100 rad/s² and predicted impulses the ground never applied; see qp_contact's
-        ``dissipation`` for the same choice in the QP.
+        stop within one step (Baumgarte §3.2). ``"desired"`` (default, floating base) takes
+        the contact velocity of the desired motion, R J (v + Δt q̈_des), whose stance rows the
+        kinematic layer damps over several ticks, with the Baumgarte term −φ/Δt added to the
+        normal one. In closed loop the one-step stop of a creeping or landing foot (6–19 mm/s
+        median, 0.1 m/s at touchdown on the project quadruped trotting) became joint-
+        acceleration corrections of up to 100 rad/s² and predicted impulses the ground never
+        applied; see qp_contact's ``dissipation`` for the same choice in the QP.
+
+        Unlike qp_contact's approach bound, the normal target is not clipped at −φ/Δt
+        (min(−φ/Δt, ·) would forbid following a desired motion that lifts a resting foot by
+        a few mm/s): with complementarity, such a foot then has w > 0 and never carries
+        load — the contact estimate (0.1 N) loses it and the trot schedule waits for it.
+        Measured (quadruped, trot from 0.5 s, rigid): clipped, fell at 1.7 s (μ ∞ and 0.1,
+        3 s trot) and 1.5 s (waypoints); unclipped, 3 s trots walk, waypoints fall at 5.7 s.
+        A fixed base has no kinematic-layer contact task: it keeps "rest".
         """
         cs = self.contacts
         order = cs.order
