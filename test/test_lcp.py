@@ -8,6 +8,7 @@ contact wrench, warm-start behaviour on an indeterminate stance (seed 000 Fig. 5
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pinocchio as pin
@@ -16,7 +17,7 @@ from conftest import FIXED, FLOATING, random_state, standing_state
 
 from idyn_control import formulations, robots
 from idyn_control.bench_contacts import contact_scaling, multi_contact_model
-from idyn_control.formulations.lcp_noslip import find_indices
+from idyn_control.formulations.lcp_noslip import CONTACT_TARGETS, find_indices
 from idyn_control.lcp import Lemke, PrincipalPivoting, lemke, ppm
 
 LCP_FORMULATIONS = ("lcp_noslip", "lcp_coulomb")
@@ -258,39 +259,63 @@ def test_baumgarte_gap_and_penetration(load_robot, name):
     assert f_n.sum() > 10 * 9.81 * sum(inertia.mass for inertia in model.pin_model.inertias)
 
 
+def _contact_velocity_after_step(form, v, qdd, qdd_des, target):
+    """Active contacts' velocities v⁺ = v + Δt q̈ in their bases (t1, t2, n), minus the
+    ``contact_target`` they are held to: 0 ("rest", seed 000 §4 with φ = 0) or the desired
+    motion's velocity J (v + Δt q̈_des) ("desired")."""
+    basis = form.contacts.basis[form.contacts.order]
+    J = form.contacts.J[form.contacts.order]
+    vel = np.einsum("nij,njk,k->ni", basis, J, v + form.dt * qdd)
+    if target == "desired":
+        vel -= np.einsum("nij,njk,k->ni", basis, J, v + form.dt * qdd_des)
+    return vel
+
+
+@pytest.mark.parametrize("target", CONTACT_TARGETS)
 @pytest.mark.parametrize("robot", ["solo12", "anymal_c", "go2"])
-def test_noslip_velocity_level_constraints_hold(load_robot, rng, robot):
+def test_noslip_velocity_level_constraints_hold(load_robot, rng, robot, target):
     """Seed 000 eq. 35–41 on v⁺ = v + Δt q̈: no slip, no penetration, and complementarity
     between normal force and separating velocity — also when q̈_des was inconsistent and
-    the consistency QP (§4.5) had to change it."""
+    the consistency step (§4.5) had to change it. With ``contact_target="desired"`` the
+    same hold relative to the desired motion's contact velocity. No slip binds the
+    contacts that carry normal force; one that carries none either holds too (§4's
+    answer) or, released, carries no friction and may slide — never both."""
     model = _load(load_robot, robot)
-    form = formulations.make("lcp_noslip", model)
+    form = formulations.make("lcp_noslip", model, contact_target=target)
     adjusted = 0
     for q, v, a in _states(robot, model, rng, n_random=4):
         result = form.solve(q, v, a, model.contact_frames)
+        assert result.status == "solved"
         adjusted += form.adjusted
-        v_plus = v + form.dt * result.qdd
-        basis = form.contacts.basis[form.contacts.order]
-        vel = np.einsum("nij,njk,k->ni", basis, form.contacts.J[form.contacts.order], v_plus)
+        vel = _contact_velocity_after_step(form, v, result.qdd, a, target)
         scale = max(1.0, float(np.abs(form.contacts.J[form.contacts.order] @ v).max()))
-        assert np.abs(vel[:, :2]).max() <= 1e-5 * scale
-        assert vel[:, 2].min() >= -1e-6 * scale
         f_n = _normal_forces(form, result)
+        f_scale = max(1.0, float(np.abs(result.forces).max()))
+        loaded = f_n > 1e-9 * f_scale
+        assert np.abs(vel[loaded, :2]).max(initial=0.0) <= 1e-5 * scale
+        assert vel[:, 2].min() >= -1e-6 * scale
         assert float(np.abs(f_n * vel[:, 2]).max()) <= 1e-5 * scale * max(1.0, f_n.max())
-    assert adjusted >= 1  # random joint accelerations splay the legs: §4.5 was exercised
+        basis = form.contacts.basis[form.contacts.order]
+        f_t = np.abs(np.einsum("nij,nj->ni", basis[:, :2], result.forces)).max(axis=1)
+        slip = np.abs(vel[:, :2]).max(axis=1)
+        assert np.all((slip <= 1e-5 * scale) | (f_t <= 1e-9 * f_scale))
+    if target == "rest":
+        assert adjusted >= 1  # random joint accelerations splay the legs: §4.5 was exercised
+    else:  # the feet move as the desired motion has them: nothing to make consistent
+        assert adjusted == 0
 
 
+@pytest.mark.parametrize("target", CONTACT_TARGETS)
 @pytest.mark.parametrize("robot", ["solo12", "anymal_c"])
-def test_coulomb_friction_does_no_positive_work(load_robot, rng, robot):
+def test_coulomb_friction_does_no_positive_work(load_robot, rng, robot, target):
     """Maximal dissipation (seed 000 eq. 55–56): sliding contacts get friction opposing
-    the tangential velocity v⁺; contacts never penetrate."""
+    the tangential velocity v⁺ (relative to the contact target); contacts never penetrate."""
     model = _load(load_robot, robot)
-    form = formulations.make("lcp_coulomb", model)
+    form = formulations.make("lcp_coulomb", model, contact_target=target)
     for q, v, a in _states(robot, model, rng, n_random=4):
         result = form.solve(q, v, a, model.contact_frames)
-        v_plus = v + form.dt * result.qdd
         basis = form.contacts.basis[form.contacts.order]
-        vel = np.einsum("nij,njk,k->ni", basis, form.contacts.J[form.contacts.order], v_plus)
+        vel = _contact_velocity_after_step(form, v, result.qdd, a, target)
         f_loc = np.einsum("nij,nj->ni", basis, result.forces)
         scale = max(1.0, float(np.abs(vel).max())) * max(1.0, float(np.abs(f_loc).max()))
         assert np.all(np.einsum("ni,ni->n", f_loc[:, :2], vel[:, :2]) <= 1e-6 * scale)
@@ -452,13 +477,13 @@ def _splaying_state(robot, model, rng):
 @pytest.mark.parametrize("robot", ["quadruped", "solo12"])
 @pytest.mark.parametrize("name", LCP_FORMULATIONS)
 def test_inconsistent_stance_accelerations_are_made_consistent_in_closed_form(load_robot, rng, robot, name):
-    """Seed 000 §4.5: legs splaying while the feet must stick. The formulation replaces
-    q̈_j by the nearest joint accelerations for which every stance foot sticks
-    (J v⁺ tangential = 0, v⁺ = v + Δt q̈), solves, and the dynamics hold — no failure,
-    no QP. Already-consistent q̈_des is left untouched."""
+    """Seed 000 §4.5: legs splaying while the feet must stick (``contact_target="rest"``,
+    the paper's J v⁺ = 0). The formulation replaces q̈_j by the nearest joint accelerations
+    for which every stance foot sticks (J v⁺ tangential = 0, v⁺ = v + Δt q̈), solves, and
+    the dynamics hold — no failure, no QP. Already-consistent q̈_des is left untouched."""
     model = _load(load_robot, robot)
-    form = formulations.make(name, model, friction_cone="pyramid") if name == "lcp_coulomb" else \
-        formulations.make(name, model)
+    form = formulations.make(name, model, contact_target="rest", friction_cone="pyramid") \
+        if name == "lcp_coulomb" else formulations.make(name, model, contact_target="rest")
     q, v, a = _splaying_state(robot, model, rng)
     result = form.solve(q, v, a, model.contact_frames)
     assert result.status == "solved" and form.adjusted and not form._after_qp
@@ -505,14 +530,8 @@ def test_indeterminate_stance_loads_every_foot_with_least_norm_forces(load_robot
     assert np.abs(np.diff(forces, axis=0)).max() < 0.1 * weight
 
 
-_COULOMB_SOLO12_LEMKE = pytest.mark.xfail(
-    strict=True, reason="known weakness: on Solo12 a tick falls to Lemke's sliding branch at μ = 1e3 "
-    "and predicts ~13 kN of friction (sticking solution rejected), see the lcp_coulomb docstring")
-
-
-@pytest.mark.parametrize("robot,name", [("quadruped", "lcp_noslip"), ("quadruped", "lcp_coulomb"),
-                                        ("solo12", "lcp_noslip"),
-                                        pytest.param("solo12", "lcp_coulomb", marks=_COULOMB_SOLO12_LEMKE)])
+@pytest.mark.parametrize("robot", ["quadruped", "solo12"])
+@pytest.mark.parametrize("name", LCP_FORMULATIONS)
 def test_closed_loop_prediction_matches_mujoco_while_standing(robot, name):
     """Lock-step with MuJoCo, rigid ground, μ = ∞, standing 1 s with the default
     controller (weighted, so slightly inconsistent q̈_des): no tick falls back, the
@@ -532,3 +551,52 @@ def test_closed_loop_prediction_matches_mujoco_while_standing(robot, name):
     meas = tr.f_meas[settled, :, 2].sum(axis=1)
     assert np.abs(pred - meas).mean() <= 0.02 * meas.mean()
     assert np.abs(tr.f_pred[settled, :, :2]).max() <= meas.mean()  # transients, not kN
+
+
+@pytest.mark.parametrize("name", LCP_FORMULATIONS)
+def test_friction_spread_changes_torques_not_motion(load_robot, name):
+    """Two diagonal feet, the base asked to accelerate forward and sideways: along the line
+    between the feet the tangential force is internal (seed 000 App. E), so Find-Indices'
+    own answer (``spread_friction=False``: the kept rows carry it all), the load-
+    proportional split and the minimum-torque one give the same q̈ and base wrench; the
+    minimum-torque one has the smallest torques, and both spreads load both feet."""
+    model = _load(load_robot, "quadruped")
+    q, v, a = standing_state("quadruped", model)
+    a[0], a[1] = 1.0, 0.5  # base: forward and sideways [m/s²]
+    frames = (model.contact_frames[0], model.contact_frames[3])  # LF, RH
+    out = {}
+    for spread in (False, "load", "torque"):
+        form = formulations.make(name, model, spread_friction=spread)
+        result = form.solve(q, v, a, frames)
+        assert result.ok and form.dynamics_residual(result) <= RESIDUAL_TOL
+        out[spread] = result, form.stacked_jacobian()[:, :model.n_base].T @ result.forces.reshape(-1)
+    ref, wrench = out[False]
+    for spread in ("load", "torque"):
+        result, w = out[spread]
+        np.testing.assert_allclose(result.qdd, ref.qdd, atol=1e-6 * max(1.0, np.abs(ref.qdd).max()))
+        np.testing.assert_allclose(w, wrench, atol=1e-6 * max(1.0, np.abs(wrench).max()))
+        assert np.all(np.linalg.norm(result.forces[:, :2], axis=1) > 1e-3)
+    tau = {k: np.linalg.norm(r.tau) for k, (r, _) in out.items()}
+    assert tau["torque"] <= min(tau[False], tau["load"]) + 1e-9
+    assert tau["torque"] < tau[False] - 1e-3  # the internal force was worth something
+
+
+@pytest.mark.parametrize("friction", [math.inf, 0.1])
+def test_lcp_coulomb_trots_on_rigid_ground(friction):
+    """Lock-step with MuJoCo, the project quadruped trotting at 0.2 m/s for 3 s (from
+    0.5 s) on rigid ground, μ ∞ and 0.1: no fall, no fallback tick, speed within 30 % of
+    the command, the summed normal force predicted within 2.5 % on average (measured
+    1.7 % at μ ∞, 1.6 % at μ 0.1; seed 000 Table 5: 1.2–1.9 %), and every predicted force
+    in its friction cone — no foot pulls sideways without normal force (μ = 1e3 for ∞)."""
+    from idyn_control.sim.lockstep import Scenario, run_scenario
+
+    run = run_scenario(Scenario(robot="quadruped", formulation="lcp_coulomb", friction=friction,
+                                compliant=False, duration=3.0, trot_start=0.5, task="trot"))
+    tr, m = run.trace, run.metrics
+    assert not m["fell"] and tr.t.size == 3000
+    assert int(tr.fallback.sum()) == 0
+    assert abs(m["speed_along_command_m_s"] - 0.2) <= 0.3 * 0.2
+    assert m["force_error_sum_rel"] <= 0.025
+    mu = 1e3 if friction == math.inf else friction
+    f_t = np.abs(tr.f_pred[:, :, :2]).sum(axis=2)  # ground normal +z: inscribed cone |fx| + |fy| ≤ μ fz
+    assert np.all(f_t <= mu * tr.f_pred[:, :, 2] + 1e-6 * (1.0 + np.abs(tr.f_pred).max()))

@@ -8,6 +8,13 @@ Velocity level (seed 000 §3, §4.2): over one control period Δt the contact fo
     t1ᵢ·J_i v⁺ = 0,  t2ᵢ·J_i v⁺ = 0                    no slip (eq. 40–41)
     0 ≤ n_i·f_i  ⊥  n_i·J_i v⁺ + φ_i/Δt ≥ 0            unilateral + Baumgarte (eq. 35–36)
 
+**Contact target** (option ``contact_target``): as written, the rows hold the contacts
+still after the step (J v⁺ = 0, n·J v⁺ ≥ −φ/Δt: ``"rest"``). In closed loop that stops a
+creeping or landing foot within one period, which the kinematic layer's stance task
+(damping foot velocity over several ticks) contradicts; ``"desired"`` (default, floating
+base) holds each contact to the desired motion's velocity instead (see
+``_target_velocity``), as qp_contact's ``dissipation="desired"`` does for the QP.
+
 With the joint accelerations prescribed, the only free motion is the base's: the MLCP
 (eq. 42–43) keeps M_bb (6×6) as its "A" block, and with L Lᵀ = M_bb and the contact rows
 scaled as B̃ = J_b L⁻ᵀ the LCP (eq. 44–45) is M_lcp = H Hᵀ with H an n×6 matrix — never
@@ -35,7 +42,11 @@ Per tick:
    fails (rare: e.g. a no-slip row dropped as near-dependent, in violent motions) the
    status is "failed" and ``_fallback`` gives zero forces, q̈_j = 0. (The QP's own
    forces are no safer: without complementarity it may push on feet that leave.)
-4. q̈_b follows from the base rows with the forces found and τ from the joint rows
+4. Among the forces with the same motion, the normal ones are the least-norm ones
+   (``_spread``) and the tangential ones are shared in proportion to the normal load
+   (``_spread_tangential``); a contact left with tangential but no normal force (a foot
+   pulling sideways) is released and the rest solved again (``_release``).
+5. q̈_b follows from the base rows with the forces found and τ from the joint rows
    (``torque_from_dynamics``), so the dynamics hold to round-off.
 
 Fixed-base robots have no free motion: with contacts, forces are zero when the desired
@@ -50,8 +61,12 @@ import numpy as np
 
 from ..lcp import (Lemke, LcpResult, PrincipalPivoting, cholesky_lower, cholesky_solve,
                    triangular_solve)
+from ..errors import ConfigError
 from ..qp import FAILED, INF, SOLVED, QpSolver
 from .base import Formulation
+
+#: values of the ``contact_target`` option (see ``VelocityLevelContact._target_velocity``)
+CONTACT_TARGETS = ("desired", "rest")
 
 
 def find_indices(rows: np.ndarray, *, tol: float = 1e-8) -> tuple[np.ndarray, np.ndarray]:
@@ -112,6 +127,9 @@ class VelocityLevelContact(Formulation):
 
     def __init__(self, model, *, dt=1e-3, **options):
         super().__init__(model, dt=dt, **options)
+        if self.options.get("contact_target", "rest") not in CONTACT_TARGETS:
+            raise ConfigError("contact_target", self.options["contact_target"],
+                              f"must be one of {CONTACT_TARGETS}")
         k, nv, nb = self.contacts.size, model.nv, model.n_base
         self._Jc = np.zeros((k, 3, nv))
         self._c = np.zeros((k, 3))
@@ -119,9 +137,12 @@ class VelocityLevelContact(Formulation):
         self._f_world = np.zeros((k, 3))
         self._qdd0 = np.zeros(nv)
         self._u = np.zeros(nv)
+        self._u_des = np.zeros(nv)
+        self._target = np.zeros((k, 3))
         self._qdd_j = np.zeros(model.na)
         self._L_base = np.zeros((nb, nb))
         self._sel = np.zeros(0, dtype=int)   # Find-Indices: kept tangent rows
+        self._may_release = True             # see LcpNoSlip._release
         self._Lk = np.zeros((0, 0))          # Cholesky factor of their Gram matrix
 
     def _reduce(self, qdd_j: np.ndarray) -> int:
@@ -144,11 +165,45 @@ class VelocityLevelContact(Formulation):
         np.matmul(Jc, self._u, out=c)
         if self.options["drift"]:
             c += np.einsum("nij,nj->ni", R, cs.drift[order])
-        c[:, 2] += cs.phi[order] / self.dt**2  # Baumgarte −φ/Δt on the velocity (§3.2)
+        c -= self._target_velocity(n) / self.dt
         if nb:
             Bt = self._Bt[:n].reshape(3 * n, nb)
             Bt[:] = triangular_solve(self._L_base, Jc[:, :, :nb].reshape(3 * n, nb).T).T
         return n
+
+    def _target_velocity(self, n: int) -> np.ndarray:
+        """Each active contact's velocity after the step that the LCP rows ask for, in its
+        basis (t1, t2, n) [m/s]: sticking rows t·J v⁺ = target, normal rows n·J v⁺ ≥ target.
+
+        ``contact_target="rest"`` is seed 000 §4 as written: (0, 0, −φ/Δt), the contacts
+        stop within one step (Baumgarte §3.2). ``"desired"`` (default, floating base) takes
+        the contact velocity of the desired motion, R J (v + Δt q̈_des), whose stance rows the
+        kinematic layer damps over several ticks, with the Baumgarte term −φ/Δt added to the
+        normal one. In closed loop the one-step stop of a creeping or landing foot (6–19 mm/s
+        median, 0.1 m/s at touchdown on the project quadruped trotting) became joint-
+        acceleration corrections of up to 100 rad/s² and predicted impulses the ground never
+        applied; see qp_contact's ``dissipation`` for the same choice in the QP.
+
+        Unlike qp_contact's approach bound, the normal target is not clipped at −φ/Δt
+        (min(−φ/Δt, ·) would forbid following a desired motion that lifts a resting foot by
+        a few mm/s): with complementarity, such a foot then has w > 0 and never carries
+        load — the contact estimate (0.1 N) loses it and the trot schedule waits for it.
+        Measured (quadruped, trot from 0.5 s, rigid): clipped, fell at 1.7 s (μ ∞ and 0.1,
+        3 s trot) and 1.5 s (waypoints); unclipped, 3 s trots walk, waypoints fall at 5.7 s.
+        A fixed base has no kinematic-layer contact task: it keeps "rest".
+        """
+        cs = self.contacts
+        order = cs.order
+        target = self._target[:n]
+        if self.options["contact_target"] == "desired" and self.model.n_base:
+            np.multiply(self.qdd_des, self.dt, out=self._u_des)
+            self._u_des += self.terms.v
+            np.matmul(self._Jc[:n], self._u_des, out=target)
+            target[:, 2] -= cs.phi[order] / self.dt
+        else:
+            target[:, :2] = 0.0
+            np.multiply(cs.phi[order], -1.0 / self.dt, out=target[:, 2])
+        return target
 
     def _find_indices(self, n: int) -> None:
         """Find-Indices (seed 000 Alg. 1) on the active tangent rows: ``_sel``, ``_Lk``."""
@@ -247,8 +302,14 @@ class LcpNoSlip(VelocityLevelContact):
         # among equivalent normal forces (indeterminate stance) return the least-norm
         # ones — every touching foot loaded — instead of the pivoting basis' vertex
         "spread_forces": True,
+        # tangential forces among the loaded feet with the same motion: "torque" minimum
+        # torques, "load" in proportion to the normal force, False the rows Find-Indices kept
+        "spread_friction": "torque",
         # add Δt·J̇v to the contact velocity (seed 000 keeps J constant over Δt)
         "drift": False,
+        # the contacts' velocity after the step (see _target_velocity): "desired" the
+        # desired motion's, "rest" zero as in seed 000 §4 (Baumgarte −φ/Δt on the normal)
+        "contact_target": "desired",
         # Find-Indices: a tangent row within √rank_tol (10 %) of the kept rows' span is dependent
         "rank_tol": 1e-2,
         # PPM: relative tolerance on w ≥ 0, z ≥ 0
@@ -384,6 +445,8 @@ class LcpNoSlip(VelocityLevelContact):
             if sel.size:
                 f_sel = -triangular_solve(Lk, y + W @ (N_rows.T @ z), transpose=True)
                 f_loc[sel // 2, sel % 2] = f_sel  # tangent row 2i+j is contact i, direction j
+                if self.options["spread_friction"]:
+                    self._spread_tangential(T_rows, W, f_loc, x)
             # every tangent row, kept or dropped, must hold (App. E); else q̈_des is inconsistent.
             # A dropped row is only known to lie within √rank_tol·‖row‖ of the kept rows'
             # span, so it may slip by that times the base response ‖x‖.
@@ -396,11 +459,144 @@ class LcpNoSlip(VelocityLevelContact):
         tol = self.options["consistency_tol"] * (100.0 if self._after_qp else 1.0) * scale
         if float(slip.max(initial=0.0)) > tol:
             return False, iters, solve_time
+        if nb:
+            f_tol = 1e-9 * max(1.0, float(np.abs(f_loc).max()))
+            pulling = (f_loc[:, 2] <= f_tol) & (np.abs(f_loc[:, :2]).max(axis=1) > f_tol)
+            if pulling.any() and self._may_release:
+                ok, it, dt_s = self._release(n, pulling)
+                return ok, iters + it, solve_time + dt_s
         self._nonbasic[cs.order] = res.basis
         f_world = self._f_world[:n]
         np.einsum("nij,ni->nj", cs.basis[cs.order], f_loc, out=f_world)
         self._finish(f_world, self._qdd_j)
         return True, iters, solve_time
+
+    def _release(self, n: int, released: np.ndarray) -> tuple[bool, int, float]:
+        """Solve again without the ``released`` contacts; they must not penetrate.
+
+        The no-slip rows of §4 hold whatever the normal force: a contact the LCP leaves
+        with zero normal force may still be given tangential force when the loaded
+        contacts cannot produce the wrench on their own — a foot that pulls sideways on
+        the ground, which no friction can do (seen trotting at touchdown; the cone test
+        then rejected the answer and Lemke's sliding one at μ = 1e3 predicted 60 N of
+        friction against 25 N measured). Such contacts are released (their rows carry
+        nothing; the rows of the others are unchanged) and the rest is solved again; the
+        answer stands if they then do not penetrate (n·J v⁺ ≥ target). Otherwise they are
+        needed and the answer with them is returned: §4's, for ``lcp_noslip``; for
+        ``lcp_coulomb`` the cone test rejects it and Lemke's answer follows.
+        """
+        entry_Bt, entry_c = self._Bt[:n].copy(), self._c[:n].copy()  # deeper calls release more
+        keep_Bt, keep_c = entry_Bt[released], entry_c[released]
+        self._Bt[:n][released] = 0.0
+        self._c[:n][released] = 0.0
+        self._c[:n, 2][released] = 1.0   # w = 1 > 0: no force
+        self._find_indices(n)
+        ok, iters, solve_time = self._solve_contacts(n)
+        if ok:
+            # their normal rows after the step: c_n + N x, with x the base response
+            nb = self.model.n_base
+            x = self._L_base.T @ (self.qdd[:nb] - self._qdd0[:nb])   # Bt = J_b L⁻ᵀ
+            scale = max(1.0, float(np.abs(keep_c[:, 2]).max()))
+            ok = bool(np.all(keep_c[:, 2] + keep_Bt[:, 2] @ x >= -self.options["consistency_tol"] * scale))
+        if not ok:  # they are needed: back to the answer with them (the cone test judges it)
+            self._Bt[:n] = entry_Bt
+            self._c[:n] = entry_c
+            self._find_indices(n)
+            self._may_release = False
+            try:
+                ok, it, dt_s = self._solve_contacts(n)
+            finally:
+                self._may_release = True
+            iters += it
+            solve_time += dt_s
+        return ok, iters, solve_time
+
+    def _spread_tangential(self, T_rows: np.ndarray, W: np.ndarray, f_loc: np.ndarray, x: np.ndarray) -> None:
+        """Tangential forces shared among the loaded contacts, same motion (in place).
+
+        Find-Indices keeps a maximal independent set of tangent rows and gives the others
+        no force (seed 000 App. E): on a plane that is three rows (f_x, f_y and the yaw
+        moment: horizontal forces at coplanar feet span no more), so the rows kept — the
+        first contacts' — carry all the friction, even when their contact carries no normal
+        force: a foot that pulls sideways (the project quadruped trotting: 10 N tangential
+        at zero normal force, rejected by the cone test, after which Lemke's sliding answer
+        at μ = 1e3 carried ±2·10⁴ N), or two diagonal feet of which one takes all the
+        forward force. Tangential forces f_t with the same wrench along the kept rows
+        (orthonormal ``W``, r × n_b) give the same motion to App. E's accuracy; the rest is
+        internal force between the feet, which only the torques see. Among them, with
+        none on feet without normal force (D = diag(f_N)):
+
+        - ``spread_friction="load"``: min Σ_i ‖f_t,i‖² / f_N,i, friction in proportion to
+          the normal load, f_t = D T Wᵀ (W Tᵀ D T Wᵀ)⁻¹ W Tᵀ f_t;
+        - ``"torque"`` (default): min ‖τ‖² (+ 1e-6 of the above, a tie-break), the
+          minimum-torque internal forces, as the QP's Stage II picks them (seed 000
+          eq. 102–112). τ = (M q̈ + h)_j − J_N,jᵀ f_N − J_t,jᵀ f_t with q̈ (``x``: the base
+          response, q̈_b = q̈₀_b + L⁻ᵀ x) and f_N fixed: an equality-constrained least
+          squares, solved through its KKT system. On the 30 s waypoint task (quadruped,
+          rigid μ∞) the robot fell at 1.2 s with "load", at 7.0 s with "torque"
+          (torques saturating less after a foot lands late). Minimum torques sit on the
+          friction cones' faces, so with finite μ (``_within_friction``) the answer is the
+          blend of the two closest to minimum torque that the cones admit (both have the
+          wrench, so every blend does): at μ 0.1 the sticking answer was taken in 0 % of
+          the ticks of a 3 s trot with pure minimum torque, 41 % with the blend.
+
+        Kept as found when the loaded contacts cannot produce that wrench (the r × r
+        matrix W Tᵀ D T Wᵀ is near-singular).
+        """
+        n = f_loc.shape[0]
+        d = np.repeat(np.maximum(f_loc[:, 2], 0.0), 2)
+        if n < 2 or not d.any():
+            return
+        f_t = f_loc[:, :2].reshape(2 * n)
+        TW = T_rows @ W.T                  # (2n, r): the rows in the kept directions
+        DTW = TW * d[:, None]
+        L = cholesky_lower(TW.T @ DTW)     # (r, r), SPD when the loaded feet span the rows
+        if L is None:
+            return
+        pivots = np.abs(np.diag(L))
+        if float(pivots.min()) <= 1e-6 * float(pivots.max()):
+            return
+        wrench = TW.T @ f_t
+        if self.options["spread_friction"] != "torque":
+            f_loc[:, :2] = (DTW @ cholesky_solve(L, wrench)).reshape(n, 2)
+            return
+        nb = self.model.n_base
+        loaded = np.flatnonzero(d > 0.0)
+        m, r = loaded.size, TW.shape[1]
+        qdd = self.qdd
+        qdd[nb:] = self._qdd_j
+        qdd[:nb] = self._qdd0[:nb] + triangular_solve(self._L_base, x, transpose=True)
+        Jc = self._Jc[:n]
+        tau_rest = self.terms.M[nb:] @ qdd + self.terms.h[nb:] - Jc[:, 2, nb:].T @ f_loc[:, 2]
+        Jt = Jc[:, :2, nb:].reshape(2 * n, -1)[loaded]        # (m, n_a): τ = tau_rest − Jtᵀ f_t
+        K = np.zeros((m + r, m + r))
+        np.matmul(Jt, Jt.T, out=K[:m, :m])
+        tie = 1e-6 * max(1.0, float(np.trace(K[:m, :m])) / m) * float(d[loaded].mean())
+        K[np.arange(m), np.arange(m)] += tie / d[loaded]
+        K[m:, :m] = TW[loaded].T
+        K[:m, m:] = TW[loaded]
+        sol = np.linalg.solve(K, np.concatenate((Jt @ tau_rest, wrench)))
+        by_load = (DTW @ cholesky_solve(L, wrench)).reshape(n, 2)
+        by_torque = np.zeros((n, 2))
+        by_torque.reshape(-1)[loaded] = sol[:m]
+        # both have the wrench, so does every blend: the most torque-minimal one inside the
+        # friction cones (the load-proportional split is the likeliest to fit)
+        if not self._within_friction(by_load, f_loc[:, 2]) or self._within_friction(by_torque, f_loc[:, 2]):
+            f_loc[:, :2] = by_torque
+            return
+        lo, hi = 0.0, 1.0
+        for _ in range(12):
+            mid = 0.5 * (lo + hi)
+            if self._within_friction(by_load + mid * (by_torque - by_load), f_loc[:, 2]):
+                lo = mid
+            else:
+                hi = mid
+        f_loc[:, :2] = by_load + lo * (by_torque - by_load)
+
+    def _within_friction(self, f_t: np.ndarray, f_n: np.ndarray) -> bool:
+        """Whether tangential forces ``f_t`` (n, 2) fit the friction model at normal forces
+        ``f_n``: always, for no-slip contact (μ = ∞)."""
+        return True
 
     def _spread(self, H: np.ndarray, res: LcpResult, tol: float) -> np.ndarray:
         """The least-norm normal forces among those equivalent to the LCP's ``res.z``.
@@ -462,11 +658,11 @@ class LcpNoSlip(VelocityLevelContact):
         nv, nb, k = m.nv, m.n_base, cs.size
         qp = self._qp
         Jc = self._Jc[:n]
-        # velocity-level terms without the prescribed q̈: R (J v/Δt [+ J̇v]) + φ/Δt²
+        # velocity-level terms without the prescribed q̈: R (J v/Δt [+ J̇v]) − target/Δt
         c_free = Jc @ (self.terms.v / self.dt)
         if self.options["drift"]:
             c_free += np.einsum("nij,nj->ni", cs.basis[cs.order], cs.drift[cs.order])
-        c_free[:, 2] += cs.phi[cs.order] / self.dt**2
+        c_free -= self._target_velocity(n) / self.dt
         qdd_des_j = self.qdd_des[nb:]
         s_f = self._force_scale
         s_a = max(1.0, float(np.abs(c_free).max()), float(np.abs(qdd_des_j).max(initial=0.0)),
