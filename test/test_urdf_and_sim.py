@@ -326,6 +326,43 @@ def test_compliant_ground_sinks_about_a_millimetre(name, cone):
     assert forces[:, 2].sum() == pytest.approx(_gravity(robot), rel=0.05)
 
 
+def _landing_depth(robot, sim, speed=0.2, duration_s=0.3):
+    """The robot touching the ground at ``speed`` [m/s] downward, joints held by PD +
+    gravity torques: (deepest foot penetration, penetration at the end) [m]."""
+    data = robot.pin_model.createData()
+    q = _touchdown_configuration("quadruped", robot, sim)
+    q_ref = q[robot.joint_q_index]
+    v = np.zeros(robot.nv)
+    v[2] = -speed  # base frame = world frame: the base starts level
+    sim.set_state(q, v)
+    deepest = 0.0
+    for _ in range(int(round(duration_s / sim.model.opt.timestep))):
+        q, v = sim.state()
+        g = pin.computeGeneralizedGravity(robot.pin_model, data, q)[robot.n_base:]
+        sim.step(g + KP * (q_ref - q[robot.joint_q_index]) - KD * v[robot.joint_v_index])
+        deepest = max(deepest, sim.penetration().max())
+    return deepest, sim.penetration().max()
+
+
+def test_compliant_ground_yields_the_same_for_every_friction(quadruped):
+    """Compliant ground is set by its depth at rest (1 mm); a landing must not sink deeper
+    on a slippery ground. With MuJoCo's pyramidal cone at μ = 0.1 the constant-impedance
+    calibration needs a 14× longer time constant (0.19 s): the feet sank 13 mm and stayed
+    11 mm deep, and every controller fell on compliant μ = 0.1 (issue 10). The default cone
+    of compliant ground (elliptic) yields alike for every μ."""
+    depth = {mu: _landing_depth(quadruped, build_mujoco(quadruped, friction=mu, compliant=True))
+             for mu in (math.inf, 0.1)}
+    deepest_inf, end_inf = depth[math.inf]
+    deepest, end = depth[0.1]
+    assert 0.5e-3 < deepest_inf < 3e-3
+    assert deepest == pytest.approx(deepest_inf, rel=0.25)
+    assert end == pytest.approx(end_inf, rel=0.25)
+    # what the elliptic default avoids: the pyramidal μ = 0.1 ground gives way
+    deepest_pyr, _ = _landing_depth(quadruped, build_mujoco(quadruped, friction=0.1, compliant=True,
+                                                            cone="pyramidal"))
+    assert deepest_pyr > 3.0 * deepest_inf
+
+
 @pytest.mark.parametrize("cone", ("pyramidal", "elliptic"))
 def test_infinite_friction_holds_and_low_friction_slips(quadruped, cone):
     """A sideways push of 0.3·m·g on the base: μ = ∞ keeps the feet in place, μ = 0.1 does not."""

@@ -299,7 +299,7 @@ def build_mujoco(
     compliant: bool = False,
     penetration: float = 1e-3,
     timestep: float = 1e-3,
-    cone: str = "pyramidal",
+    cone: str | None = None,
     foot_radius: float | None = None,
     collision: str | None = None,
     inertia: str = "pinocchio",
@@ -317,7 +317,12 @@ def build_mujoco(
             ``penetration``; otherwise a stiff ground (10–20 µm at rest for the small quadrupeds).
         penetration: target depth at rest on compliant ground [m].
         timestep: integration step [s].
-        cone: ``"pyramidal"`` or ``"elliptic"`` friction cone.
+        cone: ``"pyramidal"`` or ``"elliptic"`` friction cone; ``None``: elliptic on
+            compliant ground, pyramidal otherwise. A compliant ground set by its depth at
+            rest yields the same way for every μ only with elliptic cones (see
+            :func:`_set_ground_stiffness`): with a pyramidal cone at μ = 0.1 it is mud
+            (13 mm deep under a 0.2 m/s landing of the quadruped, still 11 mm after 0.3 s,
+            against 1.7 mm at μ = ∞).
         foot_radius: radius of the contact spheres [m]; ``None`` takes it from the URDF
             (a sphere on the contact link, else the depth of its collision mesh below the
             frame), else 2 cm.
@@ -340,6 +345,8 @@ def build_mujoco(
     if not (np.isfinite(penetration) and penetration > 0.0):
         raise ConfigError("penetration", penetration, "must be a finite value > 0 [m]")
     cones = {"pyramidal": mujoco.mjtCone.mjCONE_PYRAMIDAL, "elliptic": mujoco.mjtCone.mjCONE_ELLIPTIC}
+    if cone is None:
+        cone = "elliptic" if compliant else "pyramidal"
     if cone not in cones:
         raise UnknownNameError("friction cone", cone, cones)
     integrators = {name[len("mjINT_"):].lower(): value
@@ -614,9 +621,14 @@ def _set_ground_stiffness(robot: RobotModel, model: mujoco.MjModel, contacts: tu
     contact's approximate inverse inertia ``body_invweight0``, f the normal load), with
     c = 1 for elliptic cones and c = μ²(1 + μ²) / (2 · impratio) for pyramidal ones (the
     pyramid edges' regularizer grows with μ²(1 + μ²); measured, not documented). So that
-    "rigid" and "compliant" mean the same thing for every μ: pyramidal cones get
+    "rigid" and "compliant" mean the same thing for every μ at rest: pyramidal cones get
     ``impratio = max(1, μ²(1 + μ²)/2)`` (c ≤ 1; needed for μ ≫ 1) and τ is scaled by 1/√c;
     elliptic cones get ``impratio = 10`` (10× less tangential creep; normal unaffected).
+    Only elliptic cones also keep the ground's *motion* the same for every μ: at μ = 0.1 a
+    pyramidal cone has c = 0.005, τ is 14× longer (compliant 0.19 s instead of 14 ms, rigid
+    28 ms instead of 2 ms), and the ground gives way under a landing foot and comes back
+    slowly (``test_urdf_and_sim.py`` measures it). Lowering impratio to make c = 1 keeps τ
+    but lets the feet creep sideways at 0.05 m/s while standing.
 
     Rigid: τ = 2·dt/√c (2·dt is the stiffest MuJoCo integrates stably), impedance
     0.95–0.99: 10–20 µm at rest for the quadruped and Solo12. Compliant: d = 0.9 and τ solved from the
