@@ -293,6 +293,43 @@ def test_sensed_uses_forces_delay_ticks_old(delay, load_robot):
     assert used == ([1.0, 2.0, 3.0, 4.0] if delay == 1 else [1.0, 1.0, 2.0, 3.0])
 
 
+@pytest.mark.parametrize("delay", [1, 2])
+def test_sensed_older_measurement_keeps_the_force_of_a_foot_dropped_since(delay, load_robot, rng):
+    """A foot measured carrying load, then no longer passed as active (lifted, or swung by
+    the gait): ID(t_{i−2}) still applies the force its two-tick-old measurement has there
+    (the measurement's forces balanced the robot together) and lists that contact; ID(t_{i−1})
+    uses the caller's set, its measurement being of the caller's own period."""
+    model = load_robot("solo12")
+    f = formulations.make("sensed", model, delay_ticks=delay)
+    q, zero = robots.standing_configuration(model, "solo12"), np.zeros(model.nv)
+    frames = model.contact_frames
+    loaded = np.zeros((4, 3))
+    loaded[:, 2] = weight(model) / 4.0
+    loaded[:, :2] = rng.uniform(-0.5, 0.5, (4, 2))
+    lifted = loaded.copy()
+    lifted[0] = 0.0  # the next measurement: the first foot has left the ground
+    f.set_measured_forces(loaded)
+    f.solve(q, zero, zero, frames)
+    f.set_measured_forces(lifted)
+    result = f.solve(q, zero, zero, frames[1:])  # the caller drops the first foot
+    assert result.ok and f.dynamics_residual(result) <= RESIDUAL_TOL
+    if delay == 1:
+        assert result.contact_frames == frames[1:]
+        np.testing.assert_array_equal(result.forces, lifted[1:])
+    else:
+        assert set(result.contact_frames) == set(frames)
+        got = dict(zip(result.contact_frames, result.forces))
+        np.testing.assert_array_equal(got[frames[0]], loaded[0])
+        # the same τ as a solve told that all four feet touch
+        full = formulations.make("sensed", model, delay_ticks=1)
+        full.set_measured_forces(loaded)
+        np.testing.assert_allclose(result.tau, full.solve(q, zero, zero, frames).tau, atol=1e-10)
+    # the next solve starts again from the caller's set
+    f.set_measured_forces(lifted)
+    result = f.solve(q, zero, zero, frames[1:])
+    assert result.contact_frames == frames[1:] and f.dynamics_residual(result) <= RESIDUAL_TOL
+
+
 def test_sensed_rejects_tangential_forces_of_two_feet_on_flat_ground():
     """Seed 002 Property 3 on a quadruped: internal tangential force between two feet."""
     model = robots.load("anymal_c")

@@ -51,36 +51,55 @@ def test_the_solve_at_tick_n_uses_the_simulator_forces_of_tick_n_minus_delay(del
         np.testing.assert_array_equal(used[1], trace.f_meas[0])
     np.testing.assert_array_equal(used[delay:], trace.f_meas[: n - delay])
     assert trace.fallback[0] and not trace.fallback[1:].any()
-    # forces of feet that were not touching entered nothing: predictions are the used
-    # forces of the active contacts only (zero rows elsewhere)
-    lifted = ~trace.contact
-    np.testing.assert_array_equal(trace.f_pred[lifted], 0.0)
+    lifted = ~trace.contact  # the loop's contact estimate (last period's normal force)
+    if delay == 1:
+        # forces of feet that were not touching entered nothing: predictions are the
+        # used forces of the active contacts only (zero rows elsewhere)
+        np.testing.assert_array_equal(trace.f_pred[lifted], 0.0)
+    else:
+        # the two-tick-old measurement enters whole, at its contacts, even on a foot the
+        # estimate (one tick old) says has lifted since: the forces reported are exactly
+        # the forces used, every contact, every tick
+        stale = lifted[delay:] & (np.abs(used[delay:]).sum(axis=2) > 0.0)
+        assert stale.any()  # lift-offs happened: the case was exercised
+        np.testing.assert_array_equal(trace.f_pred[1:], used[1:])
 
 
-@pytest.mark.parametrize("friction", [math.inf, 0.7], ids=["mu_inf", "mu_0.7"])
-@pytest.mark.parametrize("delay", DELAYS)
+#: ID(t_{i−1}) on μ 0.1: measured, it slides and rocks (roll/pitch ±3° growing) and has
+#: tilted 47° at 3 s (falls at 3.2 s); issue 10 stays open for it
+_D1_MU01 = pytest.mark.xfail(strict=True, reason="ID(t_i-1) tips over on rigid mu 0.1 (issue 10)")
+
+
+@pytest.mark.parametrize("delay, friction", [
+    (1, math.inf), pytest.param(1, 0.1, marks=_D1_MU01), (1, 0.7), (2, math.inf), (2, 0.1), (2, 0.7)],
+    ids=["1-mu_inf", "1-mu_0.1", "1-mu_0.7", "2-mu_inf", "2-mu_0.1", "2-mu_0.7"])
 def test_sensed_stands_then_trots_on_rigid_ground(delay, friction):
-    """Stand 1 s, trot 2 s at 0.2 m/s. Measured: ID(t_{i−1}) trots (6 s runs too, see the
-    report); ID(t_{i−2}) stands, but its two-tick-old forces excite an alternating
-    (500 Hz, Nyquist) force mode once contacts switch and it falls at about 2 s: the
-    rigid-contact force loop f_{n} ≈ L f_{n−2} + c has eigenvalues of L in [0.5, 1]
-    (1 on internal forces), so the delayed loop has eigenvalues ≈ ±√λ, barely damped."""
+    """Stand 1 s, trot 2 s at 0.2 m/s on rigid ground without falling.
+
+    ID(t_{i−2}) feeds the forces of tick n − 2 to tick n: the rigid-contact force loop
+    f_n ≈ L f_{n−2} + c (L's eigenvalues in [0.55, 1] for this quadruped, 1 on internal
+    forces) has eigenvalues ≈ ±√λ, so an alternating (500 Hz) force pattern rides on the
+    trot, barely damped; it stays bounded once the older measurement's forces enter whole
+    (before, dropping the force of a foot lifted or swung since the measurement kicked it
+    at every contact switch and the robot fell at about 2 s on every ground)."""
     run = LockstepRunner(_sensed(delay, duration=3.0, trot_start=1.0, friction=friction,
                                  velocity=(0.2, 0.0, 0.0))).run()
     m, trace = run.metrics, run.trace
     assert m["fallback_ticks"] <= 1, m  # only the first tick, before any measurement
     assert not trace.fallback[1:].any()
-    assert m.get("fall_time_s", math.inf) > 1.0, m  # it stood the whole second
+    assert not m["fell"], m
     standing = trace.t < 1.0
     assert np.ptp(trace.q[standing][200:, 2]) < 0.01  # steady height once risen
-    # measured normal forces, tick to tick: the alternating mode shows as a second
-    # difference about twice the first (ID(t_{i−1}): about equal)
+    # the base stays upright while trotting (a fall tilts it past 57°)
+    R33 = 1.0 - 2.0 * (trace.q[:, 3] ** 2 + trace.q[:, 4] ** 2)  # quaternion (x, y, z, w)
+    assert R33[trace.t >= 1.0].min() > np.cos(np.radians(20.0))
+    # measured normal forces, tick to tick: the alternating mode of ID(t_{i−2}) shows as
+    # a second difference about twice the first (ID(t_{i−1}): about equal or less)
     fz = trace.f_meas[(trace.t >= 1.0) & (trace.t < 1.5), :, 2]
     first = np.abs(np.diff(fz, axis=0)).mean()
     second = np.abs(np.diff(fz, n=2, axis=0)).mean()
     if delay == 1:
-        assert not m["fell"], m
-        assert m["speed_along_command_m_s"] == pytest.approx(0.2, abs=0.06), m
         assert second < 1.5 * first
     else:
         assert second > 1.5 * first
+    assert m["speed_along_command_m_s"] == pytest.approx(0.2, abs=0.06), m

@@ -35,7 +35,10 @@ checked at the neutral configuration and at a generic one.
 Measurements are delayed by ``delay_ticks`` solves: :meth:`set_measured_forces` stores
 the latest measurement (already one tick old: the forces of the last control period);
 each solve pushes it into a ring buffer and uses the entry ``delay_ticks − 1`` solves
-back. Until a measurement arrives, forces are zero and the status is ``"failed"``.
+back. Until a measurement arrives, forces are zero and the status is ``"failed"``. With
+full sensing, a force of an older measurement (ID(t_{i−2})) on a contact the caller no
+longer passes as active still enters, at that contact: see
+:meth:`Sensed._activate_measured_contacts`.
 """
 
 from __future__ import annotations
@@ -221,6 +224,8 @@ class Sensed(Formulation):
         self.forces_used[:] = self._history[slot]
         status = SOLVED if self._filled.any() else FAILED
         if self.full_sensing:
+            if slot > 0:  # older than the caller's contact estimate
+                self._activate_measured_contacts()
             self._solve_full()
             return status, 0, 0.0
         return self._solve_partial(status)
@@ -237,6 +242,26 @@ class Sensed(Formulation):
             self.qdd[:nb] = solve_pd(M[:nb, :nb], rhs)
         self.torque_from_dynamics(self.qdd, f)
         self.set_forces(f)
+
+    def _activate_measured_contacts(self) -> None:
+        """Add to this solve the contacts the used (older) measurement has a force on.
+
+        The caller's contacts are its estimate for the latest period (in the lock-step
+        loop: normal force > 0.1 N then, minus the feet the gait swings); ID(t_{i−2})'s
+        forces are a period older. A force of that measurement on a contact outside the
+        caller's set (a foot lifted since, or one the gait began to swing while it still
+        carried load) balanced the robot together with the others: dropping it leaves the
+        base rows a partial wrench, a base-acceleration error of that force over the mass
+        at every contact switch. The result lists these contacts too; the next solve
+        starts again from the caller's set. Full sensing only (partial layouts are built
+        per set of active contacts).
+        """
+        c = self.contacts
+        extra = np.any(self.forces_used != 0.0, axis=1) & ~c.active
+        if extra.any():
+            c.set_active_mask(c.active | extra)
+            self._last_names = c.frame_names()
+            self._last_active = None  # the next prepare() restores the caller's set
 
     def _solve_partial(self, status: str) -> tuple[str, int, float]:
         """The sparse KKT system of the current layout (seed 002 §VI)."""
