@@ -201,9 +201,10 @@ class Controller:
         ``forces_world``: (k, 3) in the order of the configured contacts (or the
         ``{frame: force}`` mapping the formulation accepts): the forces of the control
         period that just ended. The ``sensed`` formulation (ID(t_{i−1}), ID(t_{i−2}), seed
-        000 §7.3) delays them by its ``delay_ticks``; a contact not active at the solve
-        keeps its entry but contributes nothing. Returns False (and ignores them) when the
-        formulation takes no measurements.
+        000 §7.3) delays them by its ``delay_ticks``; with ID(t_{i−1}) a contact not active
+        at the solve keeps its entry but contributes nothing, ID(t_{i−2}) applies its older
+        measurement whole (``Sensed._activate_measured_contacts``). Returns False (and
+        ignores them) when the formulation takes no measurements.
         """
         setter = getattr(self._formulation, "set_measured_forces", None)
         if setter is None:
