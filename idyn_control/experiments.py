@@ -340,9 +340,6 @@ def _note(c: dict[str, Any]) -> str:
     if "error" in c:
         return "the cell raised: see the JSON"
     if c.get("fallback_fraction", 0.0) > 0.5:
-        if c["cell"]["controller"].startswith("sensed"):
-            return ("the formulation failed on most ticks (safety output instead): no measured contact "
-                    "forces reach `sensed` in the lock-step loop yet")
         return "the formulation failed on most ticks (safety output instead)"
     return ""
 
