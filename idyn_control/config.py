@@ -114,8 +114,21 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "§7.3); header.frame_id must be the contact frame or contacts.world_frame",
               read_only=True),
     ParamSpec("contacts.world_frame", "odom", STRING,
-              "header.frame_id of measured wrenches given in the world frame (the simulator's "
-              "or state estimator's odom frame)", read_only=True),
+              "header.frame_id of measured and desired wrenches given in the world frame (the "
+              "simulator's or state estimator's odom frame)", read_only=True),
+    ParamSpec("contacts.desired_wrench_topic", "~/desired_wrench/{frame}", STRING,
+              "geometry_msgs/WrenchStamped topic of the desired force of each force contact "
+              "({frame} = the contact frame; formulations that take desired forces, pidc_qp: one "
+              "per formulation_options.force_contacts entry): the force of the ground on the foot "
+              "[N], header.frame_id the contact frame or contacts.world_frame; the torque must be "
+              "zero (point contact); the last accepted value is held", read_only=True),
+    ParamSpec("contacts.desired_wrench_timeout", 0.0, DOUBLE,
+              "a desired force older than this [s] goes back to zero (the value before any "
+              "reference arrived), for a reference streamed at the control rate whose sender may "
+              "stop; 0 = hold the last reference however old", (0.0, 3600.0)),
+    ParamSpec("contacts.max_desired_force", 0.0, DOUBLE,
+              "a desired force whose norm exceeds this [N] is rejected (the previous one is held); "
+              "0 = no bound", (0.0, 1e6)),
     # ---------------------------------------------------------------- formulation and loop
     ParamSpec("formulation", _CFG.formulation, STRING,
               "inverse-dynamics formulation, one of idyn_control.formulations.names() (see "
@@ -227,6 +240,11 @@ def ros_type_of(value: Any) -> str | None:
     return type(value).__name__
 
 
+#: formulation options the node builds subscriptions from (one desired wrench topic per
+#: force contact): read-only parameters, changed by reconfiguring
+STRUCTURAL_OPTIONS = frozenset({"force_contacts"})
+
+
 def option_spec(formulation: str, key: str) -> ParamSpec:
     """The parameter ``formulation_options.<key>`` of a formulation, typed from its default.
 
@@ -244,8 +262,11 @@ def option_spec(formulation: str, key: str) -> ParamSpec:
         value = list(default)
     else:
         kind, value = ros_type_of(default), default
+    structural = key in STRUCTURAL_OPTIONS
     return ParamSpec(FORMULATION_OPTIONS + key, value, kind,
-                     f"option {key!r} of formulation {formulation!r} (see its defaults)")
+                     f"option {key!r} of formulation {formulation!r} (see its defaults)"
+                     + ("; the node subscribes per entry: fixed once configured" if structural else ""),
+                     read_only=structural)
 
 
 def formulation_class(name: str):
@@ -402,10 +423,10 @@ def validate(params: Mapping[str, Any], *, check_model: bool = True) -> list[str
         reason = check_value(spec, value)
         if reason:
             problems.append(f"{name}: {reason}")
-    topic = params.get("contacts.measured_wrench_topic")
-    if isinstance(topic, str) and "{frame}" not in topic:
-        problems.append(f"contacts.measured_wrench_topic: {topic!r} must contain {{frame}} "
-                        "(one topic per contact frame)")
+    for name in ("contacts.measured_wrench_topic", "contacts.desired_wrench_topic"):
+        topic = params.get(name)
+        if isinstance(topic, str) and "{frame}" not in topic:
+            problems.append(f"{name}: {topic!r} must contain {{frame}} (one topic per contact frame)")
     if problems or not check_model:
         return problems
     settings = resolve(params)

@@ -212,6 +212,21 @@ class Controller:
         setter(forces_world)
         return True
 
+    def set_desired_forces(self, forces_world) -> bool:
+        """Hand desired contact forces [N, world frame] to a formulation that takes them.
+
+        ``forces_world``: ``{frame: force}`` for some force contacts (the others keep their
+        value), or (k, 3) in the order of the configured contacts, of which the rows of the
+        force contacts are used (``pidc_qp`` and its baselines: ``force_contacts``). The
+        force is the ground's on the foot (F_z > 0 presses). Returns False (and ignores them)
+        when the formulation takes no desired forces.
+        """
+        setter = getattr(self._formulation, "set_desired_forces", None)
+        if setter is None:
+            return False
+        setter(forces_world)
+        return True
+
     def set_contact_surface(self, index: int, normal_world, mu: float) -> bool:
         """Local ground normal (world, unit) and Coulomb μ under contact frame ``index``
         (terrain data, seed 000 §7.4–7.5). Friction blocks are rebuilt only when they

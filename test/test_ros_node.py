@@ -638,34 +638,165 @@ def _in_process_node(overrides):
     return node, context
 
 
-def test_force_references_are_wired_when_the_formulation_takes_them():
-    """pidc_qp: one ~/<frame>/wrench_reference per force contact, forwarded to the formulation
-    (world frame, or rotated from the contact frame when header.frame_id names it)."""
+def _lf_leg_jacobian(model, q, frame):
+    """World-aligned translational Jacobian of ``frame`` at ``q`` (Pinocchio, independent of
+    the controller), restricted to the actuated joints."""
+    import pinocchio as pin
+
+    pm = model.pin_model
+    data = pm.createData()
+    pin.computeJointJacobians(pm, data, q)
+    pin.updateFramePlacements(pm, data)
+    J = pin.getFrameJacobian(pm, data, pm.getFrameId(frame), pin.LOCAL_WORLD_ALIGNED)[:3]
+    return J[:, model.n_base:]
+
+
+@pytest.mark.parametrize("loop_mode", LOOP_MODES)
+def test_desired_wrenches_reach_pidc_qp_over_dds_and_bad_ones_are_dropped(loop_mode):
+    """pidc_qp on ANYmal C standing, LF_FOOT force-controlled: a WrenchStamped published on
+    ~/desired_wrench/LF_FOOT becomes the formulation's desired force, the predicted force of
+    that foot equals it when no inequality binds, and the torques of the LF leg change by
+    −J_LFᵀ Δλ (the motion is unchanged: same state, stage I does not see λ_d). NaN, a wrong
+    frame, a torque and a force above contacts.max_desired_force are dropped, counted in
+    /diagnostics, and the previous reference kept; a reference in the contact frame is
+    rotated into the world; a stale one goes back to zero after the timeout. In loop_mode
+    native the Python-only formulation runs on the compiled loop's thread."""
     from geometry_msgs.msg import WrenchStamped
+    from rclpy.parameter import Parameter
 
-    from idyn_control.config import formulation_class
-    from idyn_control.errors import ConfigError
+    if loop_mode == "native":
+        try:
+            from idyn_control.native import rt
 
-    try:
-        formulation_class("pidc_qp")
-    except ConfigError:
-        pytest.skip("pidc_qp not available")
+            rt.load_rt()
+        except Exception as exc:  # noqa: BLE001
+            pytest.skip(f"compiled loop not built: {exc}")
     node, context = _in_process_node({
-        "robot": "anymal_c", "formulation": "pidc_qp", "autostart": False, "diagnostics_rate_hz": 0.0,
+        "robot": "anymal_c", "formulation": "pidc_qp", "autostart": False, "loop_mode": loop_mode,
         "formulation_options.force_contacts": ["LF_FOOT"],
+        "loop_priority": 0, "middleware_priority": 0, "lock_memory": False, "loop_cpu": -2,
+        "diagnostics_rate_hz": 20.0, "monitor_rate_hz": 0.0, "watchdog_timeout": 1.0,
+        "contacts.max_desired_force": 400.0, "controller.torque_rate_limit": 0.0,
         "command_topic": "/idyn_inproc/commands"})
+    feeder = rclpy.create_node("idyn_test_force_feeder", context=context)
     try:
         assert node.trigger_configure() == TransitionCallbackReturnSuccess()
+        m = node.model
         topics = {s.topic_name for s in node.subscriptions}
-        assert "/idyn_inproc/LF_FOOT/wrench_reference" in topics
-        assert not any("RF_FOOT/wrench_reference" in t for t in topics)
-        msg = WrenchStamped()
-        msg.wrench.force.z = 40.0
-        node._subscription_callback_for("/idyn_inproc/LF_FOOT/wrench_reference")(msg)
-        node._apply_references()
-        i = node.model.contact_index("LF_FOOT")
-        np.testing.assert_allclose(node.ctrl.formulation.lambda_des[i], [0.0, 0.0, 40.0])
+        assert "/idyn_inproc/desired_wrench/LF_FOOT" in topics
+        assert not any(t.startswith("/idyn_inproc/desired_wrench/") and not t.endswith("LF_FOOT") for t in topics)
+        # the force contacts are structural (one subscription each): not changed at run time
+        result = node.set_parameters([Parameter("formulation_options.force_contacts", value=["RF_FOOT"])])[0]
+        assert not result.successful
+        assert node.trigger_activate() == TransitionCallbackReturnSuccess()
+        from rclpy.executors import SingleThreadedExecutor
+
+        executor = SingleThreadedExecutor(context=context)
+        executor.add_node(node)
+        executor.add_node(feeder)
+        qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
+        pub_js = feeder.create_publisher(JointState, "/joint_states", qos)
+        pub_odom = feeder.create_publisher(Odometry, "/odom", qos)
+        pub_w = feeder.create_publisher(WrenchStamped, "/idyn_inproc/desired_wrench/LF_FOOT", qos)
+        diagnostics = {}
+
+        def on_diag(msg):
+            for status in msg.status:
+                if status.name.startswith("idyn_inproc:"):
+                    diagnostics.update({kv.key: kv.value for kv in status.values})
+
+        feeder.create_subscription(DiagnosticArray, "/diagnostics", on_diag,
+                                   QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
+        q = robots.standing_configuration(m, "anymal_c")
+        js = JointState(name=list(m.joint_names), position=[float(x) for x in q[m.joint_q_index]],
+                        velocity=[0.0] * m.na)
+        odom = Odometry()
+        odom.pose.pose.position.x, odom.pose.pose.position.y, odom.pose.pose.position.z = map(float, q[:3])
+        o = odom.pose.pose.orientation
+        o.x, o.y, o.z, o.w = map(float, q[3:7])
+
+        def wrench(force, frame_id="odom", torque=(0.0, 0.0, 0.0)):
+            msg = WrenchStamped()
+            msg.header.frame_id = frame_id
+            msg.wrench.force.x, msg.wrench.force.y, msg.wrench.force.z = map(float, force)
+            msg.wrench.torque.x, msg.wrench.torque.y, msg.wrench.torque.z = map(float, torque)
+            return msg
+
+        def feed(seconds, msg=None):
+            """State at ~1 kHz (and ``msg`` with each), then the ticks of the last state."""
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                if msg is not None:
+                    pub_w.publish(msg)
+                pub_odom.publish(odom)
+                js.header.stamp.sec, js.header.stamp.nanosec = divmod(time.time_ns(), 1_000_000_000)
+                pub_js.publish(js)
+                for _ in range(5):
+                    executor.spin_once(timeout_sec=0.001)
+            ticks = node._source_counts["formulation"]
+            for _ in range(50):  # until a tick saw everything published above
+                pub_js.publish(js)
+                executor.spin_once(timeout_sec=0.01)
+                if node._source_counts["formulation"] > ticks + 2:
+                    break
+            result = node._last_result
+            assert node._last_source == "formulation" and result is not None
+            return result.tau.copy(), dict(zip(result.contact_frames, np.array(result.forces)))
+
+        f = node.ctrl.formulation
+        lf = m.contact_index("LF_FOOT")
+        J_leg = _lf_leg_jacobian(m, q, "LF_FOOT")
+        tau0, forces0 = feed(0.5)  # no reference yet: λ_d = 0
+        np.testing.assert_array_equal(f.lambda_des[lf], 0.0)
+        desired = np.array([12.0, -8.0, 140.0])
+        tau1, forces1 = feed(0.5, wrench(desired))
+        np.testing.assert_array_equal(f.lambda_des[lf], desired)
+        assert f.n_active_inequalities == 0  # nothing binds standing: the force is exact
+        np.testing.assert_allclose(forces1["LF_FOOT"], desired, atol=1e-6)
+        np.testing.assert_allclose(forces0["LF_FOOT"], 0.0, atol=1e-6)
+        change = tau1 - tau0
+        leg = np.flatnonzero(np.abs(J_leg).sum(axis=0) > 0)  # the LF leg's joints
+        np.testing.assert_allclose(change[leg], -J_leg[:, leg].T @ (desired - forces0["LF_FOOT"]), atol=1e-5)
+        assert np.abs(change[leg]).max() > 10.0  # 140 N on a ~0.3 m lever: tens of N·m
+        np.testing.assert_allclose(node._tau, tau1, atol=1e-9)  # commanded as solved
+        # malformed references: dropped, counted, the previous one kept
+        for bad in (wrench([math.nan, 0.0, 100.0]), wrench([0.0, 0.0, 100.0], frame_id="base"),
+                    wrench([0.0, 0.0, 100.0], frame_id=""), wrench([0.0, 0.0, 100.0], torque=(0.0, 1.0, 0.0)),
+                    wrench([0.0, 0.0, 450.0])):
+            _, forces = feed(0.1, bad)
+            np.testing.assert_array_equal(f.lambda_des[lf], desired)
+            np.testing.assert_allclose(forces["LF_FOOT"], desired, atol=1e-6)
+        drops = node._drops
+        assert drops[("desired_wrench", "nonfinite")] > 0 and drops[("desired_wrench", "wrong_frame")] > 0
+        assert drops[("desired_wrench", "torque")] > 0 and drops[("desired_wrench", "too_large")] > 0
+        for _ in range(50):  # until a /diagnostics message published after the drops arrives
+            if int(diagnostics.get("dropped.desired_wrench.too_large", 0)) > 0:
+                break
+            feed(0.2)
+        assert int(diagnostics["dropped.desired_wrench.nonfinite"]) > 0, diagnostics
+        assert int(diagnostics["dropped.desired_wrench.wrong_frame"]) > 0
+        assert int(diagnostics["dropped.desired_wrench.too_large"]) > 0
+        # in the contact frame: rotated into the world with the tick's kinematics
+        local = np.array([3.0, 4.0, 120.0])
+        _, forces = feed(0.3, wrench(local, frame_id="LF_FOOT"))
+        R = f.contacts.rotation[lf]
+        np.testing.assert_allclose(f.lambda_des[lf], R @ local, atol=1e-12)
+        np.testing.assert_allclose(forces["LF_FOOT"], R @ local, atol=1e-6)
+        # held however old by default; with a timeout a silent stream goes back to zero
+        feed(0.3)
+        np.testing.assert_allclose(f.lambda_des[lf], R @ local, atol=1e-12)
+        assert node.set_parameters([Parameter("contacts.desired_wrench_timeout", value=0.1)])[0].successful
+        _, forces = feed(0.3)
+        np.testing.assert_array_equal(f.lambda_des[lf], 0.0)
+        np.testing.assert_allclose(forces["LF_FOOT"], 0.0, atol=1e-6)
+        assert node.diagnostics_values()["stale_ticks.desired_wrench"] > 0
+        _, forces = feed(0.3, wrench(desired))
+        np.testing.assert_allclose(forces["LF_FOOT"], desired, atol=1e-6)
+        if loop_mode == "native":  # ticked on the compiled loop's thread, in Python
+            values = node.diagnostics_values()
+            assert values["native_loop.python_ticks"] > 100 and values["native_loop.compiled_ticks"] == 0
     finally:
+        feeder.destroy_node()
         node.destroy_node()
         rclpy.shutdown(context=context)
 

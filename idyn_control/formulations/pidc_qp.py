@@ -64,7 +64,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..errors import UnknownNameError
+from ..errors import ShapeError, UnknownNameError
 from ..linalg import chol_solve, cholesky, pinv, pinv_and_null_space, psd_pinv_solve, solve_pd
 from ..qp import INF, SOLVED, QpOutcome, QpSolver
 from .base import Formulation, check_vector
@@ -105,11 +105,21 @@ class _ProjectedForceControl(Formulation):
         self._active_version = -1  # contacts.version the active-set caches were built for
 
     # ------------------------------------------------------------------ inputs
-    def set_desired_forces(self, forces: Mapping[str, np.ndarray]) -> None:
-        """Desired forces [N, world frame] of force contacts: ``{frame: f_world (3,)}``.
-
-        Frames not given keep their previous value (initially zero).
+    def set_desired_forces(self, forces: Mapping[str, np.ndarray] | np.ndarray) -> None:
+        """Desired forces [N, world frame] of force contacts: ``{frame: f_world (3,)}``
+        (frames not given keep their previous value, initially zero), or an array (k, 3) in
+        the order of the configured contacts whose force-contact rows are taken (the other
+        rows are not read).
         """
+        if not isinstance(forces, Mapping):
+            arr = np.asarray(forces, dtype=float)
+            k = self.contacts.size
+            if arr.shape != (k, 3):
+                raise ShapeError("desired forces", arr.shape, (k, 3))
+            rows = arr[self.is_force_contact]
+            check_vector("desired forces", rows.reshape(-1), rows.size)
+            self.lambda_des[self.is_force_contact] = rows
+            return
         force_frames = [c for c, f in zip(self.model.contact_frames, self.is_force_contact) if f]
         for frame, f in forces.items():
             if frame not in force_frames:

@@ -75,9 +75,23 @@ reliable publishers; references reliable, depth 1):
 - ``~/joint_reference`` trajectory_msgs/JointTrajectory (by joint name, interpolated).
 - ``~/base_reference`` geometry_msgs/PoseStamped, ``~/base_twist_reference``
   geometry_msgs/TwistStamped (world frame).
-- ``~/<frame>/wrench_reference`` geometry_msgs/WrenchStamped: desired force of each force
-  contact (formulations with ``set_desired_forces``, e.g. ``pidc_qp``), in the world frame,
-  or in the contact frame when ``header.frame_id`` names it.
+- ``contacts.desired_wrench_topic`` (default ``~/desired_wrench/<frame>``)
+  geometry_msgs/WrenchStamped, one per force contact (``formulation_options.force_contacts``
+  of a formulation with ``set_desired_forces``: ``pidc_qp`` and its baselines, seed 004): the
+  desired force of the ground on that foot [N], streamed at up to the control rate or sent
+  once. ``header.frame_id`` is ``contacts.world_frame`` or the contact frame (rotated to the
+  world with the last tick's kinematics, at every tick); the torque must be zero (a point
+  contact exerts none). A NaN/inf entry, another frame, a torque, or a force above
+  ``contacts.max_desired_force`` (when > 0) is dropped and counted, and the previous
+  reference kept. Every tick hands the latest accepted references to the formulation
+  (``Controller.set_desired_forces``): a reference is held until the next one, or, when
+  ``contacts.desired_wrench_timeout`` > 0, goes back to zero (the value before any reference
+  arrived) once older than that, with one warning and ``stale_ticks.desired_wrench`` in
+  /diagnostics. No profile-as-trajectory message: a profile is streamed. The formulations
+  that take desired forces run in Python (no compiled solver), so with them every tick of
+  ``loop_mode native`` is handed to the Python tick on the compiled loop's thread (same
+  trigger, no executor hop); no other formulation subscribes to desired wrenches and their
+  compiled ticks are unchanged.
 - ``contacts.measured_wrench_topic`` (default ``~/measured_wrench/<frame>``)
   geometry_msgs/WrenchStamped, one per contact frame: the measured force of the last
   control period (formulations with ``set_measured_forces``: ``sensed``, ID(t_{i−1}) /
@@ -151,7 +165,7 @@ STATE_BUDGET_S = 150e-6        # typical cost of ~/state + contact wrenches (mea
 DIAGNOSTICS_BUDGET_S = 400e-6  # typical cost of /diagnostics
 MONITOR_MAX_DEFER_S = 0.5      # publish anyway after waiting this long for slack
 
-INPUTS = ("joint_states", "odom", "contact_states", "joint_reference", "base_reference", "wrench",
+INPUTS = ("joint_states", "odom", "contact_states", "joint_reference", "base_reference", "desired_wrench",
           "measured_wrench")
 DROP_REASONS = {
     "joint_states": ("missing_joint", "unknown_joint", "wrong_size", "nonfinite", "out_of_order", "malformed"),
@@ -159,7 +173,7 @@ DROP_REASONS = {
     "contact_states": ("wrong_size", "nonfinite"),
     "joint_reference": ("empty", "unknown_joint", "wrong_size", "nonfinite", "time_not_increasing"),
     "base_reference": ("nonfinite", "bad_quaternion"),
-    "wrench": ("nonfinite",),
+    "desired_wrench": ("nonfinite", "wrong_frame", "torque", "too_large"),
     "measured_wrench": ("nonfinite", "wrong_frame"),
 }
 STATUSES = ("solved", "max_iter", "infeasible", "failed", "exception")
@@ -196,7 +210,8 @@ class ControllerNode(LifecycleNode):
         self._lock = threading.Lock()
         self._node_params: dict[str, float] = {
             n: parameters.value(self, config.SPEC[n])
-            for n in ("watchdog_timeout", "monitor_rate_hz", "diagnostics_rate_hz", "contacts.threshold")}
+            for n in ("watchdog_timeout", "monitor_rate_hz", "diagnostics_rate_hz", "contacts.threshold",
+                      "contacts.desired_wrench_timeout", "contacts.max_desired_force")}
         self.ctrl: Controller | None = None
         self._mode = OFF
         self._loop_thread: threading.Thread | None = None
@@ -325,7 +340,16 @@ class ControllerNode(LifecycleNode):
         self._q_ref_full, self._v_ref_full, self._a_ref_full = ctrl.q_ref.copy(), np.zeros(na), np.zeros(na)
         self._base_ref: tuple | None = None
         self._base_pose_ref = (np.zeros(3), np.eye(3))
-        self._wrench_ref: dict[str, tuple[np.ndarray, bool]] = {}
+        # desired forces of the force contacts as received (contact or world frame), whether
+        # given in the contact frame, receive times [s, monotonic; 0 = none yet], in the world
+        # frame for the formulation; contacts whose reference went stale (timeout)
+        self._force_ref_in = np.zeros((k, 3))
+        self._force_ref_local = np.zeros(k, dtype=bool)
+        self._force_ref_t = np.zeros(k)
+        self._force_ref_world = np.zeros((k, 3))
+        self._force_ref_stale = np.zeros(k, dtype=bool)
+        self._force_ref_stale_ticks = 0
+        self._is_force_contact = np.zeros(k, dtype=bool)
         # measured contact forces as received (contact or world frame), receive times
         # [s, monotonic], and in the world frame for the formulation
         self._meas_in = np.zeros((k, 3))
@@ -417,12 +441,17 @@ class ControllerNode(LifecycleNode):
                                                REFERENCE_QOS))
             self._add(self.create_subscription(TwistStamped, "~/base_twist_reference",
                                                self._on_base_twist_reference, REFERENCE_QOS))
-        force_contacts = tuple(ctrl.formulation.options.get("force_contacts", ()) or ())
-        if hasattr(ctrl.formulation, "set_desired_forces"):
-            for frame in force_contacts:
+        # desired forces: a subscription per force contact (none for other formulations); the
+        # force contacts are structural (read-only options), so a rebuilt formulation keeps them
+        self._takes_force_refs = hasattr(ctrl.formulation, "set_desired_forces")
+        if self._takes_force_refs:
+            pattern, world = settings["contacts.desired_wrench_topic"], settings["contacts.world_frame"]
+            for frame in ctrl.formulation.options.get("force_contacts", ()) or ():
+                i = model.contact_index(frame)
+                self._is_force_contact[i] = True
                 self._add(self.create_subscription(
-                    WrenchStamped, f"~/{frame}/wrench_reference",
-                    self._wrench_callback(frame, self._wrench_ref), REFERENCE_QOS))
+                    WrenchStamped, pattern.format(frame=frame),
+                    self._desired_wrench_callback(i, frame, world), REFERENCE_QOS))
         if hasattr(ctrl.formulation, "set_measured_forces"):
             pattern, world = settings["contacts.measured_wrench_topic"], settings["contacts.world_frame"]
             for i, frame in enumerate(model.contact_frames):
@@ -744,7 +773,7 @@ class ControllerNode(LifecycleNode):
         # gait node) needs the Python tick every time
         fast = (type(self)._apply_references is ControllerNode._apply_references
                 and self._mode == ACTIVE and not self._watchdog_tripped and not self._need_reset
-                and self._trajectory is None and self._base_ref is None and not self._wrench_ref
+                and self._trajectory is None and self._base_ref is None and not self._takes_force_refs
                 and not self._measured_any and not self._pending_fields and self._pending_formulation is None
                 and self._last_source == "formulation")
         if fast:
@@ -947,8 +976,8 @@ class ControllerNode(LifecycleNode):
             position, rotation, velocity, angular = self._base_ref
             ctrl.set_base_reference(position, rotation, velocity, angular)
             self._base_ref = None
-        if self._wrench_ref and hasattr(ctrl.formulation, "set_desired_forces"):
-            ctrl.formulation.set_desired_forces(self._world_forces(self._wrench_ref))
+        if self._takes_force_refs:
+            self._apply_desired_forces()
         if self._measured_any:
             self._apply_measured_forces()
 
@@ -962,15 +991,30 @@ class ControllerNode(LifecycleNode):
                     world[i] = rotation[i] @ self._meas_in[i]
         self.ctrl.set_measured_forces(world)
 
-    def _world_forces(self, forces: dict[str, tuple[np.ndarray, bool]]) -> dict[str, np.ndarray]:
-        rotation = self.ctrl.formulation.contacts.rotation
-        out = {}
-        for frame, (f, local) in list(forces.items()):  # a callback may add a frame meanwhile
-            if local:  # contact frame → world, with the last tick's kinematics
-                out[frame] = rotation[self.model.contact_index(frame)] @ f
-            else:
-                out[frame] = f
-        return out
+    def _apply_desired_forces(self) -> None:
+        """The latest desired forces, in the world frame, to the formulation (every tick: a
+        reference in the contact frame follows the foot; a stale one goes back to zero)."""
+        world, rotation = self._force_ref_world, self.ctrl.formulation.contacts.rotation
+        timeout = self._node_params["contacts.desired_wrench_timeout"]
+        now = time.monotonic()
+        with self._lock:
+            world[:] = self._force_ref_in
+            for i in np.flatnonzero(self._force_ref_local):  # contact frame → world, last tick's kinematics
+                world[i] = rotation[i] @ self._force_ref_in[i]
+            if timeout > 0.0:
+                t = self._force_ref_t
+                stale = self._is_force_contact & (t > 0.0) & (now - t > timeout)
+                if stale.any():
+                    world[stale] = 0.0
+                    self._force_ref_stale_ticks += 1
+                    new = stale & ~self._force_ref_stale
+                    if new.any():
+                        frames = [self.model.contact_frames[i] for i in np.flatnonzero(new)]
+                        self.get_logger().warning(
+                            f"desired wrench of {frames} older than contacts.desired_wrench_timeout "
+                            f"({timeout:g} s): desired force back to zero until the next one")
+                self._force_ref_stale[:] = stale
+        self.ctrl.set_desired_forces(world)
 
     def _apply_pending(self) -> None:
         with self._lock:
@@ -1066,6 +1110,10 @@ class ControllerNode(LifecycleNode):
         t = float(self._meas_t.min())  # the oldest contact's measured force (-1: one never came)
         values["age_ms.measured_wrench"] = (now - t) * 1e3 if t > 0.0 else -1.0
         values["stale_ticks.measured_wrench"] = self._meas_stale_ticks
+        if self._takes_force_refs:  # the oldest force contact's reference (-1: one never came)
+            t = float(self._force_ref_t[self._is_force_contact].min(initial=math.inf))
+            values["age_ms.desired_wrench"] = (now - t) * 1e3 if 0.0 < t < math.inf else -1.0
+            values["stale_ticks.desired_wrench"] = self._force_ref_stale_ticks
         for (inp, reason), n in self._drops.items():
             values[f"dropped.{inp}.{reason}"] = n
         for key in ("joint_kp", "joint_kd"):
@@ -1234,16 +1282,38 @@ class ControllerNode(LifecycleNode):
         self._base_ref = (position, R, velocity, angular)
         self._rt_interrupt()
 
-    def _wrench_callback(self, frame: str, store: dict):
+    def _desired_wrench_callback(self, index: int, frame: str, world_frame: str):
+        """Desired force of force contact ``index`` [N]: finite, in its own frame or the
+        world's, no torque, within ``contacts.max_desired_force``; else dropped (the previous
+        reference is kept). No loop interrupt: the formulations that take desired forces run
+        the Python tick every tick, which reads the latest value."""
         def callback(msg: WrenchStamped) -> None:
-            f = msg.wrench.force
-            force = np.array([f.x, f.y, f.z])
-            if not np.isfinite(force).all():
-                self._drop("wrench", "nonfinite", lambda: f"NaN/inf force for {frame}")
+            f, m = msg.wrench.force, msg.wrench.torque
+            x, y, z = f.x, f.y, f.z
+            if not all(math.isfinite(c) for c in (x, y, z, m.x, m.y, m.z)):
+                self._drop("desired_wrench", "nonfinite", lambda: f"NaN/inf wrench for {frame}")
                 return
-            store[frame] = (force, msg.header.frame_id == frame)
-            self._t_in["wrench"] = time.monotonic()
-            self._rt_interrupt()
+            frame_id = msg.header.frame_id
+            if frame_id != frame and frame_id != world_frame:
+                self._drop("desired_wrench", "wrong_frame", lambda: (
+                    f"frame_id {frame_id!r} on {frame}'s topic: expected {frame!r} or {world_frame!r}"))
+                return
+            if m.x != 0.0 or m.y != 0.0 or m.z != 0.0:
+                self._drop("desired_wrench", "torque", lambda: (
+                    f"torque ({m.x:g}, {m.y:g}, {m.z:g}) N·m for {frame}: a point contact exerts none"))
+                return
+            bound = self._node_params["contacts.max_desired_force"]
+            norm = math.sqrt(x * x + y * y + z * z)
+            if bound > 0.0 and norm > bound:
+                self._drop("desired_wrench", "too_large", lambda: (
+                    f"|f| = {norm:.1f} N for {frame} > contacts.max_desired_force {bound:g} N"))
+                return
+            now = time.monotonic()
+            with self._lock:
+                self._force_ref_in[index] = x, y, z
+                self._force_ref_local[index] = frame_id == frame
+                self._force_ref_t[index] = now
+                self._t_in["desired_wrench"] = now
         return callback
 
     def _measured_wrench_callback(self, index: int, frame: str, world_frame: str):
