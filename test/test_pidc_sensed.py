@@ -470,3 +470,28 @@ def test_pidc_bad_inputs_name_the_value(name, load_robot):
         f.solve(q, zero, zero[:3], model.contact_frames)
     result = f.solve(q, zero, zero, model.contact_frames)  # still works afterwards
     assert result.ok and f.dynamics_residual(result) <= RESIDUAL_TOL
+
+
+@pytest.mark.parametrize("name", PIDC)
+def test_pidc_desired_forces_as_an_array_set_the_force_contacts_rows_only(name, load_robot):
+    """(k, 3) in configured-contact order (what the node hands over every tick, through
+    Controller.set_desired_forces): the force contacts' rows are taken, the others not read;
+    a wrong shape or NaN is refused and the previous value kept."""
+    from idyn_control.controller import Controller, ControllerConfig
+
+    model = load_robot("solo12")
+    ctrl = Controller(model, ControllerConfig(formulation=name, formulation_options={"force_contacts": ("FL_FOOT",)}))
+    f = ctrl.formulation
+    forces = np.arange(12.0).reshape(4, 3)
+    assert ctrl.set_desired_forces(forces)
+    expected = np.zeros((4, 3))
+    expected[model.contact_index("FL_FOOT")] = forces[model.contact_index("FL_FOOT")]
+    np.testing.assert_array_equal(f.lambda_des, expected)
+    with pytest.raises(ShapeError, match=r"desired forces has shape \(3, 3\)"):
+        ctrl.set_desired_forces(np.zeros((3, 3)))
+    bad = np.zeros((4, 3))
+    bad[model.contact_index("FL_FOOT"), 1] = np.nan
+    with pytest.raises(NonFiniteError):
+        ctrl.set_desired_forces(bad)
+    np.testing.assert_array_equal(f.lambda_des, expected)
+    assert not Controller(model, ControllerConfig(formulation="wbc_qp")).set_desired_forces(forces)

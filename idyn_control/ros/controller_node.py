@@ -90,8 +90,9 @@ reliable publishers; references reliable, depth 1):
   /diagnostics. No profile-as-trajectory message: a profile is streamed. The formulations
   that take desired forces run in Python (no compiled solver), so with them every tick of
   ``loop_mode native`` is handed to the Python tick on the compiled loop's thread (same
-  trigger, no executor hop); no other formulation subscribes to desired wrenches and their
-  compiled ticks are unchanged.
+  trigger, no executor hop, but GIL hand-offs with the executor thread: ``triggered`` is
+  faster for them, see ``bench/force_reference.py``); no other formulation subscribes to
+  desired wrenches and their compiled ticks are unchanged.
 - ``contacts.measured_wrench_topic`` (default ``~/measured_wrench/<frame>``)
   geometry_msgs/WrenchStamped, one per contact frame: the measured force of the last
   control period (formulations with ``set_measured_forces``: ``sensed``, ID(t_{i−1}) /
@@ -350,6 +351,7 @@ class ControllerNode(LifecycleNode):
         self._force_ref_stale = np.zeros(k, dtype=bool)
         self._force_ref_stale_ticks = 0
         self._is_force_contact = np.zeros(k, dtype=bool)
+        self._force_indices: tuple[int, ...] = ()
         # measured contact forces as received (contact or world frame), receive times
         # [s, monotonic], and in the world frame for the formulation
         self._meas_in = np.zeros((k, 3))
@@ -449,6 +451,7 @@ class ControllerNode(LifecycleNode):
             for frame in ctrl.formulation.options.get("force_contacts", ()) or ():
                 i = model.contact_index(frame)
                 self._is_force_contact[i] = True
+                self._force_indices += (i,)
                 self._add(self.create_subscription(
                     WrenchStamped, pattern.format(frame=frame),
                     self._desired_wrench_callback(i, frame, world), REFERENCE_QOS))
@@ -993,27 +996,30 @@ class ControllerNode(LifecycleNode):
 
     def _apply_desired_forces(self) -> None:
         """The latest desired forces, in the world frame, to the formulation (every tick: a
-        reference in the contact frame follows the foot; a stale one goes back to zero)."""
+        reference in the contact frame follows the foot; a stale one goes back to zero).
+        Loops over the force contacts (usually one): nothing is allocated."""
         world, rotation = self._force_ref_world, self.ctrl.formulation.contacts.rotation
         timeout = self._node_params["contacts.desired_wrench_timeout"]
         now = time.monotonic()
+        went_stale = None
         with self._lock:
-            world[:] = self._force_ref_in
-            for i in np.flatnonzero(self._force_ref_local):  # contact frame → world, last tick's kinematics
-                world[i] = rotation[i] @ self._force_ref_in[i]
-            if timeout > 0.0:
-                t = self._force_ref_t
-                stale = self._is_force_contact & (t > 0.0) & (now - t > timeout)
-                if stale.any():
-                    world[stale] = 0.0
-                    self._force_ref_stale_ticks += 1
-                    new = stale & ~self._force_ref_stale
-                    if new.any():
-                        frames = [self.model.contact_frames[i] for i in np.flatnonzero(new)]
-                        self.get_logger().warning(
-                            f"desired wrench of {frames} older than contacts.desired_wrench_timeout "
-                            f"({timeout:g} s): desired force back to zero until the next one")
-                self._force_ref_stale[:] = stale
+            for i in self._force_indices:
+                t = self._force_ref_t[i]
+                stale = timeout > 0.0 and t > 0.0 and now - t > timeout
+                if stale:
+                    world[i] = 0.0
+                    if not self._force_ref_stale[i]:
+                        went_stale = i
+                elif self._force_ref_local[i]:  # contact frame → world, last tick's kinematics
+                    np.matmul(rotation[i], self._force_ref_in[i], out=world[i])
+                else:
+                    world[i] = self._force_ref_in[i]
+                self._force_ref_stale[i] = stale
+                self._force_ref_stale_ticks += stale
+        if went_stale is not None:
+            self._log_throttled(
+                "desired_wrench.stale", f"desired wrench of {self.model.contact_frames[went_stale]} older than "
+                f"contacts.desired_wrench_timeout ({timeout:g} s): desired force back to zero until the next one")
         self.ctrl.set_desired_forces(world)
 
     def _apply_pending(self) -> None:
