@@ -184,7 +184,7 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     """Run one cell in this process; a JSON-ready summary (metrics, fall, series for the figures)."""
     import pinocchio as pin
 
-    from .sim.lockstep import LockstepRunner, Scenario
+    from .sim.lockstep import Scenario
 
     label, formulation, options = CONTROLLERS[cell.controller]
     if cell.group == "manipulator":
@@ -193,6 +193,28 @@ def run_cell(cell: Cell) -> dict[str, Any]:
                                                                        "terrain_seed": cell.terrain_seed}
     scenario = Scenario(robot="quadruped", formulation=formulation, formulation_options=dict(options),
                         duration=cell.duration_s, task=cell.task, velocity=(0.2, 0.0, 0.0), **overrides)
+    out, runner, run = _run_lockstep(cell, scenario, label)
+    if run is None:
+        return out
+    tr, m = run.trace, run.metrics
+    n = tr.n
+    # figure series: joint tracking error (Fig. 16) at 100 Hz, CoM path (Fig. 17) at 50 Hz
+    err = np.abs(tr.q[:n, 7:] - tr.q_ref[:n]).mean(axis=1)
+    data = runner.robot.pin_model.createData()
+    com = np.array([pin.centerOfMass(runner.robot.pin_model, data, tr.q[i])[:2] for i in range(0, n, 20)])
+    t_err, joint_error = _block_means(tr.t[:n], err, scenario.dt)
+    out.update(metrics=_json_safe(m), fell=bool(m.get("fell")), fall_time_s=m.get("fall_time_s"),
+               series={"t_err": t_err, "joint_error_rad": joint_error,
+                       "t_com": tr.t[:n:20].round(3).tolist(), "com_xy": com.round(5).tolist()})
+    return out
+
+
+def _run_lockstep(cell: Cell, scenario, label: str):
+    """Run ``scenario``: (the cell's summary so far, the runner, the run), the run None
+    when it raised (the summary then carries the error: a broken cell is reported, it
+    does not stop the experiment)."""
+    from .sim.lockstep import LockstepRunner
+
     out: dict[str, Any] = {"id": cell.id, "cell": asdict(cell), "label": label}
     wall0 = time.perf_counter()
     try:
@@ -200,56 +222,38 @@ def run_cell(cell: Cell) -> dict[str, Any]:
         run = runner.run()
     except Exception as exc:  # noqa: BLE001 - an experiment reports a broken cell, it does not stop
         out.update(error=f"{type(exc).__name__}: {exc}", wall_time_s=time.perf_counter() - wall0)
-        return out
-    tr, m = run.trace, run.metrics
-    n = tr.n
-    # figure series, decimated: joint tracking error (Fig. 16) at 100 Hz, CoM path (Fig. 17) at 50 Hz
-    step = 10
-    err = np.abs(tr.q[:n, 7:] - tr.q_ref[:n]).mean(axis=1)
-    blocks = n // step
-    data = runner.robot.pin_model.createData()
-    com = np.array([pin.centerOfMass(runner.robot.pin_model, data, tr.q[i])[:2] for i in range(0, n, 20)])
-    out.update(
-        metrics=_json_safe(m),
-        fell=bool(m.get("fell")),
-        fall_time_s=m.get("fall_time_s"),
-        simulated_s=float(n * scenario.dt),
-        fallback_fraction=float(tr.fallback[:n].mean()) if n else 0.0,
-        wall_time_s=time.perf_counter() - wall0,
-        series={"t_err": (tr.t[:blocks * step:step] + 0.5 * step * scenario.dt).round(4).tolist(),
-                "joint_error_rad": err[:blocks * step].reshape(blocks, step).mean(axis=1).round(6).tolist(),
-                "t_com": tr.t[:n:20].round(3).tolist(), "com_xy": com.round(5).tolist()},
-    )
-    return out
+        return out, None, None
+    n = run.trace.n
+    out.update(simulated_s=float(n * scenario.dt), wall_time_s=time.perf_counter() - wall0,
+               fallback_fraction=float(run.trace.fallback[:n].mean()) if n else 0.0)
+    return out, runner, run
+
+
+def _block_means(t: np.ndarray, err: np.ndarray, dt: float, step: int = 10) -> tuple[list, list]:
+    """A per-tick series decimated for a figure: means over blocks of ``step`` ticks,
+    stamped at the blocks' centres."""
+    blocks = len(err) // step
+    return ((t[:blocks * step:step] + 0.5 * step * dt).round(4).tolist(),
+            err[:blocks * step].reshape(blocks, step).mean(axis=1).round(6).tolist())
 
 
 def _run_manipulator_cell(cell: Cell) -> dict[str, Any]:
     """The grasp of seed 000 §8.4.1 in lock-step MuJoCo; series: the arm's tracking error."""
-    from .sim.lockstep import LockstepRunner, Scenario
+    from .sim.lockstep import Scenario
 
     label, formulation, options = CONTROLLERS[cell.controller]
     scenario = Scenario(robot="panda_grasp", formulation=formulation, formulation_options=dict(options),
                         duration=cell.duration_s, friction=MANIPULATOR_FRICTIONS[cell.ground][1])
-    out: dict[str, Any] = {"id": cell.id, "cell": asdict(cell), "label": label}
-    wall0 = time.perf_counter()
-    try:
-        runner = LockstepRunner(scenario)
-        run = runner.run()
-    except Exception as exc:  # noqa: BLE001 - an experiment reports a broken cell, it does not stop
-        out.update(error=f"{type(exc).__name__}: {exc}", wall_time_s=time.perf_counter() - wall0)
+    out, runner, run = _run_lockstep(cell, scenario, label)
+    if run is None:
         return out
     tr, m = run.trace, run.metrics
-    n, step = tr.n, 10
+    n = tr.n
     arm = np.array(["finger" not in j for j in runner.robot.joint_names])
     err = np.abs(tr.q[:n, 7:][:, arm] - tr.q_ref[:n, arm]).sum(axis=1)
-    blocks = n // step
-    out.update(
-        metrics=_json_safe(m), fell=False, box_dropped=bool(m["box_dropped"]), box_drop_time_s=m["box_drop_time_s"],
-        simulated_s=float(n * scenario.dt), fallback_fraction=float(tr.fallback[:n].mean()) if n else 0.0,
-        wall_time_s=time.perf_counter() - wall0,
-        series={"t_err": (tr.t[:blocks * step:step] + 0.5 * step * scenario.dt).round(4).tolist(),
-                "arm_error_rad": err[:blocks * step].reshape(blocks, step).mean(axis=1).round(6).tolist()},
-    )
+    t_err, arm_error = _block_means(tr.t[:n], err, scenario.dt)
+    out.update(metrics=_json_safe(m), fell=False, box_dropped=bool(m["box_dropped"]),
+               box_drop_time_s=m["box_drop_time_s"], series={"t_err": t_err, "arm_error_rad": arm_error})
     return out
 
 

@@ -638,6 +638,17 @@ def _in_process_node(overrides):
     return node, context
 
 
+def _standing_state_messages(model, q):
+    """The JointState and Odometry of the robot at rest at ``q``."""
+    js = JointState(name=list(model.joint_names), position=[float(x) for x in q[model.joint_q_index]],
+                    velocity=[0.0] * model.na)
+    odom = Odometry()
+    p, o = odom.pose.pose.position, odom.pose.pose.orientation
+    p.x, p.y, p.z = map(float, q[:3])
+    o.x, o.y, o.z, o.w = map(float, q[3:7])
+    return js, odom
+
+
 def _lf_leg_jacobian(model, q, frame):
     """World-aligned translational Jacobian of ``frame`` at ``q`` (Pinocchio, independent of
     the controller), restricted to the actuated joints."""
@@ -708,12 +719,7 @@ def test_desired_wrenches_reach_pidc_qp_over_dds_and_bad_ones_are_dropped(loop_m
         feeder.create_subscription(DiagnosticArray, "/diagnostics", on_diag,
                                    QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
         q = robots.standing_configuration(m, "anymal_c")
-        js = JointState(name=list(m.joint_names), position=[float(x) for x in q[m.joint_q_index]],
-                        velocity=[0.0] * m.na)
-        odom = Odometry()
-        odom.pose.pose.position.x, odom.pose.pose.position.y, odom.pose.pose.position.z = map(float, q[:3])
-        o = odom.pose.pose.orientation
-        o.x, o.y, o.z, o.w = map(float, q[3:7])
+        js, odom = _standing_state_messages(m, q)
 
         def wrench(force, frame_id="odom", torque=(0.0, 0.0, 0.0)):
             msg = WrenchStamped()
@@ -944,12 +950,7 @@ def test_measured_wrenches_reach_the_sensed_formulation_and_bad_ones_are_counted
         pub_w = {f: feeder.create_publisher(WrenchStamped, f"/idyn_inproc/measured_wrench/{f}", qos)
                  for f in m.contact_frames}
         q = robots.standing_configuration(m, "quadruped", foot_height=0.01)
-        js = JointState(name=list(m.joint_names), position=[float(x) for x in q[m.joint_q_index]],
-                        velocity=[0.0] * m.na)
-        odom = Odometry()
-        odom.pose.pose.position.x, odom.pose.pose.position.y, odom.pose.pose.position.z = map(float, q[:3])
-        o = odom.pose.pose.orientation
-        o.x, o.y, o.z, o.w = map(float, q[3:7])
+        js, odom = _standing_state_messages(m, q)
         weight = 9.81 * sum(i.mass for i in m.pin_model.inertias)
         forces = {f: np.array([0.1 * i, -0.2, weight / 4 + i]) for i, f in enumerate(m.contact_frames)}
 

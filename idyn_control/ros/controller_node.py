@@ -1288,6 +1288,15 @@ class ControllerNode(LifecycleNode):
         self._base_ref = (position, R, velocity, angular)
         self._rt_interrupt()
 
+    def _wrench_frame_ok(self, kind: str, frame_id: str, frame: str, world_frame: str) -> bool:
+        """A contact wrench is given in its contact frame or the world's; else it is
+        dropped (counted under ``dropped.<kind>.wrong_frame``)."""
+        if frame_id == frame or frame_id == world_frame:
+            return True
+        self._drop(kind, "wrong_frame", lambda: (
+            f"frame_id {frame_id!r} on {frame}'s topic: expected {frame!r} or {world_frame!r}"))
+        return False
+
     def _desired_wrench_callback(self, index: int, frame: str, world_frame: str):
         """Desired force of force contact ``index`` [N]: finite, in its own frame or the
         world's, no torque, within ``contacts.max_desired_force``; else dropped (the previous
@@ -1300,9 +1309,7 @@ class ControllerNode(LifecycleNode):
                 self._drop("desired_wrench", "nonfinite", lambda: f"NaN/inf wrench for {frame}")
                 return
             frame_id = msg.header.frame_id
-            if frame_id != frame and frame_id != world_frame:
-                self._drop("desired_wrench", "wrong_frame", lambda: (
-                    f"frame_id {frame_id!r} on {frame}'s topic: expected {frame!r} or {world_frame!r}"))
+            if not self._wrench_frame_ok("desired_wrench", frame_id, frame, world_frame):
                 return
             if m.x != 0.0 or m.y != 0.0 or m.z != 0.0:
                 self._drop("desired_wrench", "torque", lambda: (
@@ -1331,9 +1338,7 @@ class ControllerNode(LifecycleNode):
                 self._drop("measured_wrench", "nonfinite", lambda: f"NaN/inf force for {frame}")
                 return
             frame_id = msg.header.frame_id
-            if frame_id != frame and frame_id != world_frame:
-                self._drop("measured_wrench", "wrong_frame", lambda: (
-                    f"frame_id {frame_id!r} on {frame}'s topic: expected {frame!r} or {world_frame!r}"))
+            if not self._wrench_frame_ok("measured_wrench", frame_id, frame, world_frame):
                 return
             now = time.monotonic()
             with self._lock:
