@@ -132,7 +132,7 @@ def run_peer(ticks: int, *, setup: bool = False) -> dict | None:
     out = root / "results" / "peer_placo.json"
     out.parent.mkdir(exist_ok=True)
     cmd = [str(python), str(script), "--urdf", str(spec.urdf_path()),
-           "--package-dir", str(spec.package_dirs()[0]), "--ticks", str(ticks), "--json", str(out)]
+           "--package-dir", str(robots.example_robot_data_dir().parent), "--ticks", str(ticks), "--json", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         return {"peer": "placo", "error": (proc.stderr or proc.stdout).strip()[-2000:]}

@@ -144,8 +144,15 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
+    def add_robot(p, default="solo12"):
+        p.add_argument("--robot", default=default,
+                       help=f"a shipped robot: {', '.join(robots.names())} (config/<robot>.yaml)")
+        p.add_argument("--config", dest="robot", metavar="PATH",
+                       help="any robot's file instead (its controller params YAML: URDF, contacts, "
+                            "standing pose, gains)")
+
     def robot_args(p):
-        p.add_argument("--robot", default="solo12", choices=robots.names())
+        add_robot(p)
         p.add_argument("--urdf", help="URDF path instead of a known robot")
         p.add_argument("--contacts", help="comma-separated contact frames (with --urdf)")
         p.add_argument("--friction", type=float, default=None)
@@ -159,7 +166,7 @@ def main(argv=None) -> int:
     p.set_defaults(func=cmd_solve)
 
     p = sub.add_parser("bench", help="per-tick compute: p50/p99/p99.9/max, deadline misses, peer ratio")
-    p.add_argument("--robot", default="solo12", choices=robots.names())
+    add_robot(p)
     p.add_argument("--formulations", default="qp_coulomb,wbc_qp",
                    help="comma-separated; name:python / name:native picks the backend")
     p.add_argument("--ticks", type=int, default=10_000)
@@ -169,7 +176,7 @@ def main(argv=None) -> int:
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("bench-contacts", help="per-tick time vs number of contact points (seed 000 Fig. 19)")
-    p.add_argument("--robot", default="solo12", choices=robots.names())
+    add_robot(p)
     p.add_argument("--formulations", default="lcp_noslip,qp_coulomb,qp_noslip")
     p.add_argument("--counts", default="4,8,12,16,20,24,28,32,36,40,44,48")
     p.add_argument("--ticks", type=int, default=1000)
@@ -185,8 +192,7 @@ def main(argv=None) -> int:
 
     p = sub.add_parser("demo", help="quadruped in MuJoCo through ROS 2: stand up, trot, stop; "
                                      "report, MCAP and plot")
-    p.add_argument("--robot", default="quadruped", choices=[n for n in robots.names()
-                                                            if robots.spec(n).contact_frames])
+    add_robot(p, "quadruped")
     p.add_argument("--formulation", default="wbc_qp", help=", ".join(formulations.names()))
     p.add_argument("--duration", type=float, default=10.0, help="trot duration [s, simulated]")
     p.add_argument("--speed", type=float, default=0.2, help="forward speed command [m/s]")

@@ -28,6 +28,7 @@ import yaml
 
 from . import formulations, robots
 from .controller import SAFE_OUTPUTS, ControllerConfig
+from .gait import GaitConfig
 from .errors import ConfigError, IdynError
 from .model import RobotModel
 
@@ -41,6 +42,7 @@ LOOP_MODES = ("deadline", "thread", "events", "timer", "triggered", "native")
 FLOATING_BASE = ("auto", "floating", "fixed")
 TWIST_FRAMES = ("child", "parent")
 FORMULATION_OPTIONS = "formulation_options."
+FORMULATION_DEFAULTS = "formulation_defaults."
 
 
 @dataclass(frozen=True)
@@ -74,14 +76,20 @@ def _gain(name, default, description, field_name=None, high=1e6):
 
 
 _CFG = ControllerConfig()
+_GAIT = GaitConfig()
 
 #: every parameter of the node, in README order
 PARAMETERS: tuple[ParamSpec, ...] = (
     # ---------------------------------------------------------------- robot model
     ParamSpec("robot", "", STRING,
-              "known robot name (idyn_control.robots.names(), e.g. solo12): its URDF, contact frames "
-              "and effort limits; empty = use urdf_path or robot_description", read_only=True),
-    ParamSpec("urdf_path", "", STRING, "URDF file path (used when robot is empty)", read_only=True),
+              "the robot's name; when it names a shipped robot (idyn_control.robots.names(): "
+              "config/<robot>.yaml) the robot parameters this file leaves unset (URDF, contact frames, "
+              "effort limit, standing pose) come from that robot's file; otherwise set urdf_path or "
+              "robot_description", read_only=True),
+    ParamSpec("urdf_path", "", STRING,
+              "the URDF: a package://NAME/path URI (package_dirs, this package, example-robot-data, "
+              "$AMENT_PREFIX_PATH) or a file path (the tools read a relative one against the YAML "
+              "file's directory, the node against its working directory)", read_only=True),
     ParamSpec("robot_description", "", STRING,
               "URDF XML text (used when robot and urdf_path are empty)", read_only=True),
     ParamSpec("package_dirs", [], STRING_ARRAY,
@@ -98,6 +106,21 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("command_joints", [], STRING_ARRAY,
               "joint order of the effort command = the JointGroupEffortController's joints; "
               "empty = joints", read_only=True),
+    ParamSpec("standing_pose.joints", [], STRING_ARRAY,
+              "joints of the standing pose (legged robots) or ready pose (arms); others stay at the "
+              "URDF's neutral position", read_only=True),
+    ParamSpec("standing_pose.positions", [], DOUBLE_ARRAY,
+              "their positions [rad], one per standing_pose.joints entry (the gait node stands the "
+              "robot in this pose; the simulators spawn it so)", (-100.0, 100.0), read_only=True),
+    ParamSpec("hand.urdf", "", STRING,
+              "a hand holding a free box replaces the arm's tool (lock-step grasp experiment of seed "
+              "000 §7.2.2 only: the node refuses a robot with a hand): its URDF (as urdf_path)",
+              read_only=True),
+    ParamSpec("hand.mount_link", "", STRING, "the arm link the hand's root is fixed to", read_only=True),
+    ParamSpec("hand.drop_links", [], STRING_ARRAY, "the arm's tool links the hand replaces", read_only=True),
+    ParamSpec("hand.tips", [], STRING_ARRAY,
+              "fingertip frames, spaced evenly about the box's z axis; each touches the box face under it",
+              read_only=True),
     # ---------------------------------------------------------------- contacts
     ParamSpec("contacts.frames", [], STRING_ARRAY,
               "contact frames, in the order of ~/contact_states; empty = the robot's feet "
@@ -212,11 +235,24 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     _gain("torque_rate_limit", _CFG.torque_rate_limit, "max |Δτ|/Δt per joint [N·m/s]; 0 = off", high=1e7),
     ParamSpec("controller.effort_limit_scale", _CFG.effort_limit_scale, DOUBLE,
               "commanded |τ| ≤ scale · effort limit", (1e-3, 1.0), controller_field="effort_limit_scale"),
+    # ---------------------------------------------------------------- gait (idyn_gait_controller)
+    ParamSpec("gait.enabled", True, BOOL,
+              "idyn_gait_controller: run the gait generator (floating-base robots with contact frames)",
+              read_only=True),
+    ParamSpec("gait.period", _GAIT.period, DOUBLE, "gait cycle [s] (seed 000 §7.6)", (0.05, 5.0), read_only=True),
+    ParamSpec("gait.duty_factor", _GAIT.duty_factor, DOUBLE, "fraction of the cycle a foot is in stance",
+              (0.05, 0.95), read_only=True),
+    ParamSpec("gait.step_height", _GAIT.step_height, DOUBLE, "swing apex height [m]", (0.0, 0.3), read_only=True),
+    ParamSpec("gait.cmd_vel_timeout", 0.5, DOUBLE,
+              "idyn_gait_controller: stop trotting when /cmd_vel is older than this [s, wall]", (0.0, 60.0),
+              read_only=True),
 )
 
 SPEC: dict[str, ParamSpec] = {p.name: p for p in PARAMETERS}
 #: parameters that change at run time and map onto ControllerConfig fields
 CONTROLLER_FIELDS: dict[str, str] = {p.name: p.controller_field for p in PARAMETERS if p.controller_field}
+#: parameters that map onto GaitConfig fields (the robot's gait)
+GAIT_FIELDS = frozenset(("gait.period", "gait.duty_factor", "gait.step_height"))
 
 
 # ====================================================================== types
@@ -267,6 +303,20 @@ def option_spec(formulation: str, key: str) -> ParamSpec:
                      f"option {key!r} of formulation {formulation!r} (see its defaults)"
                      + ("; the node subscribes per entry: fixed once configured" if structural else ""),
                      read_only=structural)
+
+
+def default_spec(formulation: str, key: str) -> ParamSpec:
+    """The parameter ``formulation_defaults.<formulation>.<key>``: a robot's default of that
+    option (a robot file tunes every formulation; ``formulation_options.<key>`` wins)."""
+    option = option_spec(formulation, key)
+    return ParamSpec(f"{FORMULATION_DEFAULTS}{formulation}.{key}", option.default, option.type,
+                     f"this robot's default of formulation_options.{key} when formulation is {formulation!r}",
+                     read_only=True)
+
+
+def default_specs(formulation: str) -> tuple[ParamSpec, ...]:
+    """All ``formulation_defaults.<formulation>.*`` parameters of a formulation."""
+    return tuple(default_spec(formulation, key) for key in formulation_class(formulation).defaults)
 
 
 def formulation_class(name: str):
@@ -352,6 +402,24 @@ def load_params_file(path: str | Path, node_name: str = NODE_NAME) -> dict[str, 
     if not found:
         raise ConfigError("params file", str(path),
                           f"has no section for node {node_name!r} (keys: {', '.join(map(str, doc))})")
+    return _paths_relative_to(params, path.resolve().parent)
+
+
+#: parameters naming files or directories: a relative one is relative to the YAML file for
+#: the tools (the node, which does not know its params file, reads them against its cwd)
+_PATH_PARAMETERS = ("urdf_path", "package_dirs", "hand.urdf")
+
+
+def _paths_relative_to(params: dict[str, Any], base: Path) -> dict[str, Any]:
+    def absolute(p):
+        if not isinstance(p, str) or not p or "://" in p or Path(p).expanduser().is_absolute():
+            return p
+        return str(base / p)
+
+    for name in _PATH_PARAMETERS:
+        if name in params:
+            params[name] = [absolute(p) for p in params[name]] if isinstance(params[name], list) \
+                else absolute(params[name])
     return params
 
 
@@ -413,6 +481,12 @@ def validate(params: Mapping[str, Any], *, check_model: bool = True) -> list[str
             except IdynError as exc:
                 problems.append(str(exc))
                 continue
+        elif name.startswith(FORMULATION_DEFAULTS):
+            try:
+                spec = default_spec(*name[len(FORMULATION_DEFAULTS):].partition(".")[::2])
+            except IdynError as exc:
+                problems.append(f"{name}: {exc}")
+                continue
         else:
             spec = SPEC.get(name)
             if spec is None:
@@ -423,6 +497,9 @@ def validate(params: Mapping[str, Any], *, check_model: bool = True) -> list[str
         reason = check_value(spec, value)
         if reason:
             problems.append(f"{name}: {reason}")
+    joints, positions = params.get("standing_pose.joints"), params.get("standing_pose.positions")
+    if isinstance(joints, list) and isinstance(positions, list) and len(joints) != len(positions):
+        problems.append(f"standing_pose: {len(joints)} joints but {len(positions)} positions")
     for name in ("contacts.measured_wrench_topic", "contacts.desired_wrench_topic"):
         topic = params.get(name)
         if isinstance(topic, str) and "{frame}" not in topic:
@@ -449,7 +526,8 @@ def resolve(params: Mapping[str, Any]) -> Settings:
     values.update({k: v for k, v in params.items() if k in SPEC})
     formulation = values["formulation"]
     for spec in option_specs(formulation):
-        values[spec.name] = params.get(spec.name, spec.default)
+        key = spec.name[len(FORMULATION_OPTIONS):]
+        values[spec.name] = params.get(spec.name, params.get(f"{FORMULATION_DEFAULTS}{formulation}.{key}", spec.default))
     return Settings(values)
 
 
@@ -461,22 +539,31 @@ def build_model(settings: Settings) -> RobotModel:
     urdf: str | Path
     package_dirs = [Path(d) for d in settings["package_dirs"]]
     effort = settings["effort_limit"] or None
-    if robot:
+    if settings["hand.urdf"]:
+        raise ConfigError("hand.urdf", settings["hand.urdf"], "a hand holding a free box runs in the lock-step "
+                          "experiments only (idyn-control experiments seed000), not in the node")
+    if settings["urdf_path"]:
+        urdf = robots.resolve_uri(settings["urdf_path"], settings["package_dirs"])
+        if not Path(urdf).is_file():
+            raise ConfigError("urdf_path", settings["urdf_path"], "file not found")
+    elif settings["robot_description"].strip():
+        urdf = settings["robot_description"]
+    elif robot in robots.names():
         spec = robots.spec(robot)
         urdf = spec.urdf_path()
         if not Path(urdf).is_file():
             raise ConfigError("robot", robot, f"URDF not found at {urdf}")
-        package_dirs += list(spec.package_dirs())
         frames = frames or spec.contact_frames
         effort = effort or spec.effort_limit
-    elif settings["urdf_path"]:
-        urdf = settings["urdf_path"]
-        if not Path(urdf).is_file():
-            raise ConfigError("urdf_path", urdf, "file not found")
-    elif settings["robot_description"].strip():
-        urdf = settings["robot_description"]
+    elif robot:
+        raise ConfigError("robot", robot, f"is not a shipped robot ({', '.join(robots.names())}): set urdf_path "
+                          "or robot_description")
     else:
         raise ConfigError("robot", "", "set one of robot, urdf_path or robot_description")
+    if robot in robots.names():
+        package_dirs += list(robots.spec(robot).search_dirs())
+    else:
+        package_dirs += list(robots.RobotSpec(robot, str(urdf)).search_dirs())
     base = settings["floating_base"]
     floating = None if base == "auto" else base == "floating"
     return RobotModel.from_urdf(
@@ -561,4 +648,7 @@ def markdown_table() -> str:
                 "`defaults` | one per option of the chosen formulation, e.g. "
                 "`formulation_options.eps_abs`; an option whose default is None is a double array, "
                 "empty = None (run time: the formulation is rebuilt, warm start lost once) |")
+    rows.append("| `formulation_defaults.<formulation>.<key>` | as `formulation_options.<key>` | – | the robot's "
+                "own default of an option of any formulation (e.g. `formulation_defaults.pid.ki`), used "
+                "when that formulation runs and `formulation_options.<key>` keeps its default (read-only) |")
     return "\n".join(rows)

@@ -36,7 +36,7 @@ import numpy as np
 import pinocchio as pin
 
 from . import robots
-from .sim.lockstep import ROBOT_GAINS, formulation_options
+from .errors import ConfigError
 from .sim.metrics import Trace, compute_metrics, format_metrics
 
 CONTROLLER = "idyn_controller"
@@ -75,7 +75,8 @@ class DemoOptions:
 # ====================================================================== entry point
 def run(opts: DemoOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the demo, write its files, return the report (metrics + file paths)."""
-    robots.spec(opts.robot)
+    if not robots.spec(opts.robot).contact_frames:
+        raise ConfigError("robot", opts.robot, "the demo trots a legged robot: its file needs contacts.frames")
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     wall0 = time.perf_counter()
@@ -240,9 +241,16 @@ def _write_mcap_from_trace(trace: Trace, opts: DemoOptions, path: Path) -> None:
 # ====================================================================== with ROS
 def controller_params(opts: DemoOptions) -> dict[str, Any]:
     """The controller node's parameters for the demo (ROS 2 params-file layout)."""
-    model = robots.load(opts.robot)
+    spec = robots.spec(opts.robot)
+    model = robots.load(spec)
     params = {
-        "robot": opts.robot,
+        # the robot file's description, explicit (so any robot file works, shipped or not)
+        "robot": spec.name,
+        "urdf_path": str(spec.urdf_path()),
+        "package_dirs": [str(d) for d in spec.search_dirs()],
+        "contacts": {"frames": list(spec.contact_frames), "friction": float(min(opts.friction, 10.0))},
+        "standing_pose": {"joints": list(spec.standing_joints),
+                          "positions": [float(v) for v in spec.standing_joints.values()]},
         "formulation": opts.formulation,
         "update_rate": 1000.0,
         "loop_mode": "triggered",    # one tick per /joint_states: lock-step with the bridge
@@ -258,15 +266,16 @@ def controller_params(opts: DemoOptions) -> dict[str, Any]:
         "watchdog_timeout": 2.0,     # wall seconds: lock-step in simulated time, a loaded machine stalls
         "monitor_rate_hz": 1000.0,   # predicted wrenches and ~/state every tick, for scoring
         "diagnostics_rate_hz": 2.0,
-        "contacts": {"friction": float(min(opts.friction, 10.0))},
-        "controller": {k: (float(v) if isinstance(v, (int, float)) else v)
-                       for k, v in ROBOT_GAINS.get(opts.robot, {}).items()},
     }
-    # the same formulation options as the lock-step runner (pid's gains); ROS parameter
-    # files reject an empty mapping, so the key is only written when there are options
-    options = formulation_options(opts.robot, opts.formulation)
+    if spec.effort_limit:
+        params["effort_limit"] = float(spec.effort_limit)
+    # the robot's gains and its defaults of this formulation's options, as the lock-step
+    # runner uses them; ROS parameter files reject an empty mapping: only non-empty ones
+    if spec.controller:
+        params["controller"] = {k.split(".", 1)[1]: v for k, v in spec.controller.items()}
+    options = spec.formulation_options(opts.formulation)
     if options:
-        params["formulation_options"] = {k: [float(v)] if k == "gain" else float(v) for k, v in options.items()}
+        params["formulation_defaults"] = {opts.formulation: options}
     return {CONTROLLER: {"ros__parameters": params}}
 
 

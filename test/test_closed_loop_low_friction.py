@@ -48,14 +48,14 @@ def test_pid_integral_term_is_bounded_as_a_torque():
     v = np.zeros(model.nv)
     qdd = np.zeros(model.nv)
     qdd[model.n_base:] = 100.0  # [rad/s²]: k·ki·100 = 1 N·m per second
-    rate = options["gain"] * options["ki"] * 100.0
+    rate = f.gain[0] * options["ki"] * 100.0
     for _ in range(200):
         f.solve(q, v, qdd, model.contact_frames)
     np.testing.assert_allclose(f.integral, rate * 0.2, rtol=1e-9)
     for _ in range(800):
         result = f.solve(q, v, qdd, model.contact_frames)
     np.testing.assert_allclose(f.integral, 0.4, rtol=1e-12)
-    np.testing.assert_allclose(result.tau, options["gain"] * 100.0 + 0.4, rtol=1e-12)
+    np.testing.assert_allclose(result.tau, f.gain * 100.0 + 0.4, rtol=1e-12)
 
 
 def test_qp_noslip_standing_forces_leave_the_low_friction_cone():

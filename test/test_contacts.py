@@ -82,7 +82,7 @@ def test_model_maps_and_limits(robot, load_robot):
 def test_model_from_xml_string_and_package_uris(tmp_path):
     spec = robots.spec("solo12")
     xml = spec.urdf_path().read_text()
-    model = RobotModel.from_urdf(xml, contact_frames=spec.contact_frames, package_dirs=spec.package_dirs())
+    model = RobotModel.from_urdf(xml, contact_frames=spec.contact_frames, package_dirs=spec.search_dirs())
     assert model.floating_base and model.nv == 18
     assert "package://" not in model.urdf_xml  # meshes resolved to absolute paths
     fixed = RobotModel.from_urdf(xml, floating_base=False)

@@ -237,7 +237,7 @@ def test_fixed_base_with_contacts_matches_python(name):
     from idyn_control import RobotModel
 
     spec = robots.spec("panda")
-    model = RobotModel.from_urdf(spec.urdf_path(), package_dirs=spec.package_dirs(),
+    model = RobotModel.from_urdf(spec.urdf_path(), package_dirs=spec.search_dirs(),
                                  contact_frames=["panda_leftfinger", "panda_rightfinger"], friction=0.5,
                                  floating_base=False)
     fast = formulations.make(name, model, backend="native")

@@ -35,7 +35,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Float64MultiArray  # noqa: E402
 
-from idyn_control import robots  # noqa: E402
+from idyn_control import config, robots  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLO_YAML = ROOT / "config" / "solo12.yaml"
@@ -337,8 +337,9 @@ def test_bad_inputs_are_dropped_counted_and_never_reach_the_motors(running):
                 "dropped.contact_states.wrong_size", "dropped.odom.nonfinite", "watchdog_trips"):
         assert h.diag(key) >= 1, (key, h.diagnostics)
     assert h.diagnostics["watchdog"] == "ok"
-    # while the watchdog was tripped the safe output (damping at zero velocity) is zero torque
-    assert h.diag("source.damping") > 0
+    # while the watchdog was tripped the commands came from the file's safe output
+    safe_output = config.load_params_file(SOLO_YAML)["controller.safe_output"]
+    assert h.diag(f"source.{safe_output}") > 0
     assert m.na == 12
     if h.loop_mode == "native":  # the compiled loop handed each bad input to the Python tick
         assert h.diag("native_loop.python_ticks") >= python_ticks + len(cases)
@@ -382,7 +383,8 @@ def test_joint_reference_is_followed_and_the_loop_returns_to_its_routine(running
 
 
 def test_lifecycle_transitions_and_run_time_parameters():
-    proc = start_node("-p", "autostart:=false", name="idyn_lc")
+    # damping (the file's trot gains say hold): deactivating must then command zero torque
+    proc = start_node("-p", "autostart:=false", "-p", "controller.safe_output:=damping", name="idyn_lc")
     h = Harness("idyn_lc")
     try:
         h.spin_until(lambda: proc.poll() is not None or _service_up(h, "/idyn_lc/get_state"), 60.0, "node up")

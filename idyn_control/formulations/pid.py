@@ -40,15 +40,27 @@ class Pid(Formulation):
             M = pin.crba(model.pin_model, model.pin_model.createData(), model.neutral())
             gain = np.diag(M)[model.n_base:].copy()
         self.gain = np.broadcast_to(np.asarray(gain, dtype=float), (model.na,)).copy()
+        self.integral_limit = self._integral_limit()
         self.integral = np.zeros(model.na)  # k ⊙ ki ⊙ ∫ q̈_des,j dt [N·m]
+
+    def _integral_limit(self) -> np.ndarray:
+        """Per joint [N·m]: one value (a scalar, or a 1-element list as a ROS parameter) or na."""
+        limit = self.options["integral_limit"]
+        if limit is None:
+            return self.model.tau_max.copy()
+        return np.broadcast_to(np.asarray(limit, dtype=float).reshape(-1), (self.model.na,)).copy()
+
+    def set_option(self, key, value) -> None:
+        super().set_option(key, value)
+        if key == "integral_limit":
+            self.integral_limit = self._integral_limit()
 
     def reset(self):
         self.integral[:] = 0.0
 
     def _compute(self):
         nb = self.model.n_base
-        limit = self.options["integral_limit"]
-        limit = self.model.tau_max if limit is None else limit
+        limit = self.integral_limit
         self.integral += (self.gain * self.options["ki"] * self.dt) * self.qdd_des[nb:]
         np.clip(self.integral, -limit, limit, out=self.integral)
         tau = self.gain * self.qdd_des[nb:] + self.integral

@@ -193,9 +193,13 @@ class ControllerNode(LifecycleNode):
         try:
             formulation = parameters.value(self, config.SPEC["formulation"])
             specs = config.option_specs(formulation)
+            # the robot file's defaults of this formulation's options (read-only)
+            self._default_specs = config.default_specs(formulation)
         except (IdynError, KeyError) as exc:  # reported again, as the configure failure
             self.get_logger().warning(f"formulation options not declared: {exc}")
-            specs = ()
+            specs, self._default_specs = (), ()
+        for spec in self._default_specs:
+            parameters.declare(self, spec)
         for spec in specs:
             parameters.declare(self, spec)
             self._option_specs[spec.name] = spec
@@ -296,8 +300,13 @@ class ControllerNode(LifecycleNode):
 
     # ================================================================== configure
     def _configure(self) -> None:
-        specs = config.PARAMETERS + tuple(self._option_specs.values())
-        params = parameters.read_all(self, specs)
+        # options: formulation_options.<key> where it differs from the formulation's default,
+        # else the robot's formulation_defaults.<formulation>.<key>, else the default
+        params = parameters.read_all(self, config.PARAMETERS)
+        for spec in self._default_specs + tuple(self._option_specs.values()):
+            value = parameters.value(self, spec)
+            if value != spec.default:
+                params[spec.name] = value
         problems = config.validate(params, check_model=False)
         if problems:
             raise ConfigError("parameters", len(problems), "; ".join(problems))

@@ -16,8 +16,9 @@ the base node's, unchanged.
 - ``~/reference`` sensor_msgs/JointState: the joint references of every tick (position,
   velocity; model joint order), stamped like ``~/state``.
 
-Parameters (read-only): ``gait.enabled``, ``gait.period`` [s], ``gait.duty_factor``,
-``gait.step_height`` [m], ``gait.cmd_vel_timeout`` [s].
+Parameters (read-only, in the node's table, config.PARAMETERS): ``gait.enabled``,
+``gait.period`` [s], ``gait.duty_factor``, ``gait.step_height`` [m],
+``gait.cmd_vel_timeout`` [s]; the standing pose is ``standing_pose.joints/positions``.
 
 This subclass exists because the base node has no gait yet; it only uses the base
 node's configure step and its reference hook (``_apply_references``).
@@ -32,31 +33,16 @@ from typing import Any
 import numpy as np
 from geometry_msgs.msg import Twist
 from sensor_msgs.msg import JointState
-from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor
 
 from .. import robots
 from ..gait import Gait, GaitConfig
 from .controller_node import MONITOR_QOS, REFERENCE_QOS, ControllerNode, run
 
-GAIT_PARAMETERS = (
-    ("gait.enabled", True, "run the gait generator (floating-base robots with contact frames)", None),
-    ("gait.period", 0.3, "gait cycle [s] (seed 000 §7.6)", (0.05, 5.0)),
-    ("gait.duty_factor", 0.75, "fraction of the cycle a foot is in stance", (0.05, 0.95)),
-    ("gait.step_height", 0.015, "swing apex height [m]", (0.0, 0.3)),
-    ("gait.cmd_vel_timeout", 0.5, "stop trotting when /cmd_vel is older than this [s, wall]", (0.0, 60.0)),
-)
-
-
 class GaitControllerNode(ControllerNode):
     """The controller node with :class:`Gait` and a /cmd_vel input."""
 
     def __init__(self, **kwargs: Any):
-        super().__init__(**kwargs)
-        for name, default, description, rng in GAIT_PARAMETERS:
-            d = ParameterDescriptor(name=name, description=description, read_only=True)
-            if rng is not None:
-                d.floating_point_range = [FloatingPointRange(from_value=rng[0], to_value=rng[1], step=0.0)]
-            self.declare_parameter(name, default, d)
+        super().__init__(**kwargs)  # declares gait.* with the other parameters (config.PARAMETERS)
         self.gait: Gait | None = None
         self._cmd_vel = np.zeros(3)
         self._cmd_vel_time = 0.0
@@ -72,11 +58,7 @@ class GaitControllerNode(ControllerNode):
         self.gait = None
         if not (get("gait.enabled") and m.floating_base and m.contacts):
             return
-        robot = self.settings["robot"]
-        if robot and robots.spec(robot).standing_joints:
-            q_stand = robots.standing_configuration(m, robot)
-        else:  # unknown robot: the pose it will be activated in defines "standing"
-            q_stand = m.neutral()
+        q_stand = self._standing_configuration()
         config = GaitConfig(period=get("gait.period"), duty_factor=get("gait.duty_factor"),
                             step_height=get("gait.step_height"))
         self.gait = Gait(self.ctrl, q_stand, config)
@@ -94,6 +76,20 @@ class GaitControllerNode(ControllerNode):
             setattr(msg, field, array.array("d", bytes(8 * m.na)))
         self._ref_views = [np.frombuffer(getattr(msg, f), dtype=float) for f in ("position", "velocity")]
         self._ref_msg = msg
+
+    def _standing_configuration(self) -> np.ndarray:
+        """The standing pose: ``standing_pose.*``, else the shipped robot's, else neutral."""
+        m, s = self.model, self.settings
+        joints, positions = s["standing_pose.joints"], s["standing_pose.positions"]
+        if joints:
+            spec = robots.RobotSpec(s["robot"], "", contact_frames=m.contact_frames,
+                                    standing_joints=dict(zip(joints, positions)))
+            return robots.standing_configuration(m, spec)
+        if s["robot"] in robots.names():
+            return robots.standing_configuration(m, s["robot"])
+        self.get_logger().warning("no standing_pose.joints/positions: the gait stands the robot in the "
+                                  "URDF's neutral pose")
+        return m.neutral()
 
     def _on_cmd_vel(self, msg: Twist) -> None:
         cmd = np.array([msg.linear.x, msg.linear.y, msg.angular.z])

@@ -59,7 +59,7 @@ from std_msgs.msg import Float64MultiArray
 from .. import robots
 from ..errors import IdynError
 from ..gait import crouched_configuration
-from ..sim.lockstep import ARM_READY, CONTACT_THRESHOLD_N
+from ..sim.lockstep import CONTACT_THRESHOLD_N
 from ..sim.mujoco_model import build_mujoco
 from . import signals
 
@@ -85,7 +85,8 @@ class BridgeParam:
 
 
 PARAMETERS: tuple[BridgeParam, ...] = (
-    BridgeParam("robot", "solo12", f"known robot ({', '.join(robots.names())})"),
+    BridgeParam("robot", "solo12", f"a shipped robot ({', '.join(robots.names())}) or a robot file's path "
+                "(the controller's params file: URDF, contacts, standing pose)"),
     BridgeParam("rate", 1000.0, "control period rate: state out, command in [Hz]", (10.0, 10000.0)),
     BridgeParam("substeps", 1, "physics steps per control period", (1, 100)),
     BridgeParam("friction", 0.7, "ground Coulomb friction μ; ≥ 1000 means 'infinite'", (0.01, 1e6)),
@@ -145,8 +146,9 @@ class SimBridgeNode(Node):
         friction = float(get("friction"))
         friction = math.inf if friction >= 1e3 else friction
 
-        self.robot = robots.load(self.robot_name, friction=None if math.isinf(friction) else friction) \
-            if robots.spec(self.robot_name).contact_frames else robots.load(self.robot_name)
+        spec = robots.spec(self.robot_name)
+        self.robot = robots.load(spec, friction=None if math.isinf(friction) else friction) \
+            if spec.contact_frames else robots.load(spec)
         m = self.robot
         self.sim = build_mujoco(m, friction=friction, compliant=bool(get("compliant")),
                                 timestep=self.period_s / self.substeps)
@@ -158,13 +160,12 @@ class SimBridgeNode(Node):
         # spawn
         if m.floating_base:
             radius = self.sim.contacts[0].radius if self.sim.contacts else 0.0
-            q0 = robots.standing_configuration(m, self.robot_name, foot_height=radius)
+            q0 = robots.standing_configuration(m, spec, foot_height=radius)
             crouch = float(get("spawn_crouch"))
             if crouch > 0.0:
                 q0 = crouched_configuration(m, q0, crouch)
-        else:
-            ready = ARM_READY.get(self.robot_name)
-            q0 = np.array(ready) if ready is not None else m.neutral()
+        else:  # an arm: its ready pose
+            q0 = robots.standing_configuration(m, spec)
         self.sim.set_state(q0, np.zeros(m.nv))
 
         # command state (written by the subscription callback)

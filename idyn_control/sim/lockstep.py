@@ -48,36 +48,20 @@ FALL_TILT_RAD = 1.0
 #: force over the last control period [N] (the bridge node publishes the same estimate)
 CONTACT_THRESHOLD_N = 0.1
 
-#: ControllerConfig overrides of the closed-loop trot, per robot (the demo's controller
-#: node gets the same): a softer base (ω = 14 rad/s, ζ = 1) than the standing default,
-#: and "hold" when one solve fails mid-stride (a damping tick drops the robot)
-_TROT_GAINS = {"base_kp": 200.0, "base_kd": 28.0, "safe_output": "hold"}
-#: the grasped box is no base to steer: the kinematic layer leaves its acceleration to
-#: the fingertip contacts (base_weight 0)
-ROBOT_GAINS: dict[str, dict[str, Any]] = {"quadruped": dict(_TROT_GAINS), "solo12": dict(_TROT_GAINS),
-                                          "panda_grasp": {"base_weight": 0.0}}
-
-#: the ``pid`` baseline's per-joint torque gain [N·m/(rad/s²)]: its default, diag(M) at
-#: the neutral pose, ignores the body the legs carry and cannot hold the robot up;
-#: these put the joint PD at about Kp = 400·k [N·m/rad]. The integral carries the weight
-#: (quadruped: up to the effort limit; a faster integral, ki = 5-10, adds ki·Kd to the
-#: stiffness and shook the robot off compliant ground); Solo12 keeps its earlier bound
-PID_OPTIONS: dict[str, dict[str, Any]] = {
-    "quadruped": {"gain": 0.005, "ki": 2.0},
-    "solo12": {"gain": 0.015, "ki": 10.0, "integral_limit": 0.15},
-}
-
-def formulation_options(robot: str, formulation: str) -> dict[str, Any]:
-    """Per-robot formulation options of the closed-loop scenarios (lock-step and ROS)."""
-    return dict(PID_OPTIONS.get(robot, {})) if formulation == "pid" else {}
+def formulation_options(robot, formulation: str) -> dict[str, Any]:
+    """A robot's own defaults of a formulation's options (its file's
+    ``formulation_defaults.<formulation>``): the closed-loop scenarios' (lock-step and ROS)."""
+    return robots.spec(robot).formulation_options(formulation)
 
 
-#: the ready pose of fixed-base arms [rad] (the neutral pose is outside Panda's limits)
-ARM_READY: dict[str, tuple[float, ...]] = {
-    "panda": (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785, 0.02, 0.02),
-    "ur5": (0.0, -1.57, 1.57, -1.57, -1.57, 0.0),
-    "panda_grasp": (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785),  # + the fingers: see below
-}
+def controller_overrides(spec: robots.RobotSpec, model) -> dict[str, Any]:
+    """:class:`ControllerConfig` fields from a robot file's ``controller.*`` gains."""
+    from .. import config
+
+    joints = spec.joints or model.joint_names
+    return config.controller_fields({k: v for k, v in spec.controller.items() if k in config.CONTROLLER_FIELDS},
+                                    model, joints)
+
 
 #: the grasp (seed 000 §7.2.2): fingers start touching the box; their reference is this much
 #: further closed [rad] (about 4 mm into the box at the fingertip: they press while gripping)
@@ -95,7 +79,9 @@ class Scenario:
     """A closed-loop experiment.
 
     Attributes:
-        robot: a name of :mod:`idyn_control.robots` ("quadruped", "solo12", "panda", ...).
+        robot: a shipped robot's name ("quadruped", "solo12", "panda", ...: config/<name>.yaml)
+            or a robot file's path (:mod:`idyn_control.robots`): its URDF, contacts, standing
+            pose, controller gains (``controller.*``), formulation defaults and gait.
         formulation: a name of :mod:`idyn_control.formulations`.
         formulation_options: options of the formulation (merged over the robot's defaults).
         controller: overrides of :class:`ControllerConfig` fields.
@@ -174,8 +160,8 @@ class LockstepRunner:
         scenario.validate()
         self.scenario = s = scenario
         friction = 1e3 if s.friction == math.inf else s.friction
-        spec = robots.spec(s.robot)
-        self.robot = robots.load(s.robot, friction=friction if (spec.contact_frames or spec.hand) else None)
+        self.spec = spec = robots.spec(s.robot)
+        self.robot = robots.load(spec, friction=friction if (spec.contact_frames or spec.hand) else None)
         self.terrain = make_terrain(s.terrain, s.terrain_seed)
         self.sim: MujocoSim = build_mujoco(self.robot, friction=s.friction, compliant=s.compliant,
                                            timestep=s.dt / s.substeps, terrain=self.terrain)
@@ -183,28 +169,28 @@ class LockstepRunner:
         self.grasp = self.robot.free_box is not None
         self.legged = self.robot.floating_base and not self.grasp
         if self.grasp:
-            self.q_start = grasp_configuration(self.robot, np.array(ARM_READY[s.robot]), self.sim.contacts[0].radius,
+            arm = [spec.standing_joints[j] for j in self.robot.joint_names if "finger" not in j]
+            self.q_start = grasp_configuration(self.robot, np.array(arm), self.sim.contacts[0].radius,
                                                spec.hand.mount_link)
-        options = formulation_options(s.robot, s.formulation)
+        options = spec.formulation_options(s.formulation)
         if self.grasp and s.formulation == "pid":
             options["gain"] = grasp_pid_gain(self.robot, self.q_start)
         options.update(s.formulation_options)
         config = ControllerConfig(formulation=s.formulation, formulation_options=options, dt=s.dt,
-                                  **{**ROBOT_GAINS.get(s.robot, {}), **s.controller})
+                                  **{**controller_overrides(spec, self.robot), **s.controller})
         self.controller = Controller(self.robot, config)
         self.weight = 9.81 * pin.computeTotalMass(self.robot.pin_model)
         if self.legged:
             radius = self.sim.contacts[0].radius if self.sim.contacts else 0.0
-            self.q_standing = robots.standing_configuration(self.robot, s.robot, foot_height=radius)
-            self.gait = Gait(self.controller, self.q_standing, GaitConfig(**s.gait_config))
+            self.q_standing = robots.standing_configuration(self.robot, spec, foot_height=radius)
+            self.gait = Gait(self.controller, self.q_standing, GaitConfig(**{**spec.gait, **s.gait_config}))
             self.q_start = crouched_configuration(self.robot, self.q_standing, s.crouch)
             if self.terrain is not None:
                 self.gait.set_terrain(self.terrain.height)
         else:
             self.gait = None
-            ready = ARM_READY.get(s.robot)
             if not self.grasp:
-                self.q_start = np.array(ready) if ready is not None else self.robot.neutral()
+                self.q_start = robots.standing_configuration(self.robot, spec)
             self._gripper = np.array(["finger" in j for j in self.robot.joint_names])
             self.q_standing = self.q_start.copy()
             self.q_joints0 = self.q_start[self.robot.joint_q_index]
@@ -396,7 +382,7 @@ def grasp_pid_gain(robot, q: np.ndarray) -> np.ndarray:
     """The ``pid`` baseline's per-joint gain k [N·m/(rad/s²)] for the grasp: the diagonal
     of the joint-space inertia at the start ``q`` with the box's mass shared among the
     fingertips (M + Σ_i (m/k) J_iᵀ J_i). Its default, diag(M) of the bare arm, ignores the
-    load the fingers carry (as for the legs of the legged robots, PID_OPTIONS): a finger
+    load the fingers carry (as for the legs of the legged robots, their files' formulation_defaults.pid): a finger
     weighs 60 g, the box 750 g."""
     pm = robot.pin_model
     data = pm.createData()
