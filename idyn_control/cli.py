@@ -5,6 +5,7 @@
     idyn-control check-config config/solo12.yaml
     idyn-control experiments seed000 [--quick] [--workers N] [--out DIR]
     idyn-control experiments seed004 [--quick] [--out DIR]
+    idyn-control experiments faults [--quick] [--out DIR]
 """
 
 from __future__ import annotations
@@ -128,6 +129,10 @@ def cmd_experiments(args) -> int:
         from . import experiments_seed004
 
         return experiments_seed004.main(args)
+    if args.name == "faults":
+        from . import experiments_faults
+
+        return experiments_faults.main(args)
     from . import experiments
 
     return experiments.main(args)

@@ -321,6 +321,11 @@ class Controller:
             return self._finish(self.safe_torque(q, v, mask), result, self.config.safe_output)
         return self._finish(result.tau, result, "formulation")
 
+    def safe_command(self, q: np.ndarray, v: np.ndarray, contact_mask: Sequence[bool]) -> Command:
+        """A tick of the safe output instead of the formulation (stale inputs: the node's
+        watchdog), clamped and recorded like any command."""
+        return self._finish(self.safe_torque(q, v, contact_mask), None, self.config.safe_output)
+
     def safe_torque(self, q: np.ndarray, v: np.ndarray, contact_mask: Sequence[bool]) -> np.ndarray:
         """The configured safe output at (q, v) [N·m]."""
         mode = self.config.safe_output

@@ -571,7 +571,10 @@ def plot_figures(results: list[dict[str, Any]], out: Path) -> list[str]:
 
 # ====================================================================== command line
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", choices=("seed000", "seed004"), help="which experiment (seed004: idyn_control.experiments_seed004)")
+    p.add_argument("name", choices=("seed000", "seed004", "faults"),
+                   help="which experiment (seed004: idyn_control.experiments_seed004; faults: the quadruped "
+                        "under lost, delayed and wrong inputs, a model mass error and a push, "
+                        "idyn_control.experiments_faults)")
     p.add_argument("--quick", action="store_true", help="3 s straight trot on fewer cells (smoke check)")
     p.add_argument("--workers", type=int, default=None, help="worker processes (default: os.cpu_count())")
     p.add_argument("--out", default=None, help="output directory (default: results/experiments/<name>)")

@@ -276,8 +276,13 @@ class Gait:
         self.start() if mode == "trot" else self.stop()
 
     # ------------------------------------------------------------------ tick
-    def reset(self, t: float, q: np.ndarray, v: np.ndarray) -> None:
-        """Take the measured state: stand where the robot is, rise to the standing height."""
+    def reset(self, t: float, q: np.ndarray, v: np.ndarray, contact_mask: Sequence[bool] | None = None) -> None:
+        """Take the measured state: stand where the robot is, rise to the standing height.
+
+        ``contact_mask``: the feet touching the ground now (a reset mid-stride, after an
+        input gap): the ground is where they are, and a foot in the air gets its foothold
+        on the ground under it. None: every foot touches.
+        """
         q = np.asarray(q, dtype=float)
         pm = self.model.pin_model
         pin.framesForwardKinematics(pm, self._data, q)
@@ -285,9 +290,13 @@ class Gait:
         self._stop_requested = False
         self._t_stopped = None
         self.velocity_command[:] = 0.0
-        self.velocity_filtered[:] = 0.0
         R = pin.Quaternion(q[6], q[3], q[4], q[5]).toRotationMatrix()
         self.base_yaw_ref = _yaw_of(R)
+        # a reset while moving (after an input gap) starts from the measured planar velocity
+        # (heading frame): a trot that resumes ramps from it to the command instead of
+        # braking to zero first; a standing robot's is ~0 (mode "stand" zeroes it anyway)
+        v_heading = _rot_z(self.base_yaw_ref).T @ (R @ np.asarray(v[:3], dtype=float))
+        self.velocity_filtered[:] = (v_heading[0], v_heading[1], float((R @ np.asarray(v[3:6], dtype=float))[2]))
         self.base_position_ref[:] = q[:3]
         self._stand_from = float(q[2])
         self._t_reset = t
@@ -301,7 +310,11 @@ class Gait:
         # the ground is where the feet are now (the foot radius of a simulator or a real
         # robot is not in the model): heights are kept relative to it
         clearance = self.standing_height - self.ground_height
-        self.ground_height = float(self._stance_position[:, 2].mean())
+        down = np.ones(self.n_feet, dtype=bool) if contact_mask is None else np.asarray(contact_mask, dtype=bool)
+        if not down.any():
+            down[:] = True
+        self.ground_height = float(self._stance_position[down, 2].mean())
+        self._stance_position[~down, 2] = self.ground_height
         self.standing_height = self.ground_height + clearance
         self.foot_position_ref[:] = self._stance_position
         self.foot_velocity_ref[:] = 0.0

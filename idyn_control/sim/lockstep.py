@@ -37,6 +37,7 @@ from ..errors import ConfigError
 from ..gait import Gait, GaitConfig, crouched_configuration
 from .metrics import Trace, compute_metrics
 from .mujoco_model import MujocoSim, build_mujoco
+from .faults import FaultInjector, Faults, scale_masses
 from .tasks import TASKS, make_task
 from .terrain import TERRAINS, make_terrain
 
@@ -103,6 +104,8 @@ class Scenario:
         terrain: "plane" (``friction``, ``compliant``) or "heightmap" (seed 000 §7.5: rigid
             bumps ≤ 3 cm, per-patch μ ~ U(0.1, 1.5), drawn from ``terrain_seed``); the
             controller is told the local normal and μ under each foot in contact.
+        faults: a :class:`~idyn_control.sim.faults.Faults` (or its fields as a dict): lost,
+            delayed or wrong inputs, an input gap, a model mass error, a push.
     """
 
     robot: str = "quadruped"
@@ -126,6 +129,7 @@ class Scenario:
     task: str = "trot"
     terrain: str = "plane"
     terrain_seed: int = 0
+    faults: Any = None
 
     def validate(self) -> None:
         robots.spec(self.robot)  # unknown names list the valid ones
@@ -141,6 +145,8 @@ class Scenario:
             raise ConfigError("task", self.task, f"must be one of {TASKS}")
         if self.terrain not in TERRAINS:
             raise ConfigError("terrain", self.terrain, f"must be one of {TERRAINS}")
+        self.faults = Faults.from_dict(self.faults)
+        self.faults.validate()
 
 
 @dataclass
@@ -178,7 +184,11 @@ class LockstepRunner:
         options.update(s.formulation_options)
         config = ControllerConfig(formulation=s.formulation, formulation_options=options, dt=s.dt,
                                   **{**controller_overrides(spec, self.robot), **s.controller})
-        self.controller = Controller(self.robot, config)
+        model = self.robot
+        if s.faults.mass_error:  # the controller's model is wrong, the simulated robot is not
+            model = robots.load(spec, friction=friction if (spec.contact_frames or spec.hand) else None)
+            scale_masses(model.pin_model, 1.0 + s.faults.mass_error)
+        self.controller = Controller(model, config)
         self.weight = 9.81 * pin.computeTotalMass(self.robot.pin_model)
         if self.legged:
             radius = self.sim.contacts[0].radius if self.sim.contacts else 0.0
@@ -243,34 +253,37 @@ class LockstepRunner:
         x_report = float(q[0])
         trotting = False
         task = make_task(s.task, ticks) if gait is not None else None
+        faults = FaultInjector(s.faults, s.dt, robot.nq, robot.nv, k) if s.faults.active else None
+        q_meas, v_meas, mask_meas = q, v, mask  # what the simulator measured
         for n in range(ticks):
             t = n * s.dt
-            if gait is not None:
-                if s.gait and not trotting and t >= s.trot_start and (s.trot_stop is None or t < s.trot_stop):
-                    gait.start(t)
-                    trotting = True
-                if trotting and s.trot_stop is not None and t >= s.trot_stop:
-                    gait.stop()
-                    trotting = False
-                if task is not None:
-                    gait.set_velocity(*task.command(t, q, active=trotting))
-                gait.update(t, q, v, mask)
-                if self.terrain is not None:
-                    self._feed_surfaces(mask)
-            else:
+            fresh = True
+            if faults is not None:  # what the controller is given
+                fresh = faults.observe(t, q_meas, v_meas, mask_meas)
+                q, v, mask = faults.q, faults.v, faults.mask
+                if faults.recovered:  # after a watchdog trip: hold the measured posture, as the node
+                    ctrl.reset(q, v)
+                    if gait is not None:
+                        gait.reset(t, q, v, mask)
+                        if trotting:  # as the gait node: the /cmd_vel that kept coming
+                            gait.start(t)
+                            gait.set_velocity(*s.velocity)
+            if gait is None:
                 ctrl.set_joint_reference(*self._arm_reference(t))
+            elif fresh:  # on stale input the node's watchdog skips the references too
+                trotting = self._gait_tick(t, q, v, mask, trotting, task)
             t0 = time.perf_counter()
-            cmd = ctrl.update(q, v, mask)
+            cmd = ctrl.update(q, v, mask) if fresh else ctrl.safe_command(q, np.zeros(robot.nv), mask)
             tick = time.perf_counter() - t0
             misses += tick > s.dt
             # record (state and references of this tick; forces of the coming period)
             trace.t[n] = t
-            trace.q[n], trace.v[n] = q, v
+            trace.q[n], trace.v[n] = q_meas, v_meas  # the robot's state (faults change only the controller's view)
             trace.q_ref[n], trace.v_ref[n] = ctrl.q_ref, ctrl.v_ref
             trace.tau[n] = cmd.tau
             trace.tick_s[n] = tick
             trace.fallback[n] = cmd.source != "formulation"
-            trace.contact[n] = mask
+            trace.contact[n] = mask_meas
             if gait is not None:
                 trace.planned_stance[n] = gait.planned_stance
                 trace.base_ref[n] = gait.base_position_ref
@@ -279,6 +292,9 @@ class LockstepRunner:
                     trace.f_pred[n, contact_index[frame]] = f
             # physics: hold τ for one control period, average the contact forces over it
             trace.f_meas[n] = 0.0
+            if faults is not None:
+                faults.restore_mask()
+                sim.push(faults.push_force(t, self.weight))
             for _ in range(s.substeps):
                 sim.step(cmd.tau)
                 if k:
@@ -287,7 +303,8 @@ class LockstepRunner:
             if k:  # the period's measured forces: the next tick's ID(t_{i-1}) (seed 000 §7.3)
                 ctrl.set_measured_forces(trace.f_meas[n])
             trace.n = n + 1
-            q, v = sim.state()
+            q, v = q_meas, v_meas = sim.state()
+            mask = mask_meas
             if self.grasp:
                 np.less_equal(sim.box_distance_array(distance), GRASP_CONTACT_DISTANCE_M, out=mask)
             else:
@@ -311,6 +328,8 @@ class LockstepRunner:
             metrics.update(task.metrics(trace.t[:trace.n], trace.q[:trace.n], gait.config.period))
         if self.terrain is not None:
             metrics["surface_updates"] = self.surface_updates
+        if faults is not None:
+            metrics["faults"] = dict(faults.counts)
         if self.grasp:  # the box is no base: its speed and height say nothing; Σ normal along z neither
             for key in [k for k in metrics if k.startswith(("speed", "base_height", "force_error", "measured_normal"))]:
                 del metrics[key]
@@ -318,6 +337,23 @@ class LockstepRunner:
         metrics["wall_time_s"] = wall
         metrics["real_time_factor"] = trace.n * s.dt / wall if wall > 0 else float("nan")
         return Run(scenario=s, trace=trace.trimmed(), metrics=metrics, wall_time_s=wall)
+
+    def _gait_tick(self, t: float, q: np.ndarray, v: np.ndarray, mask: np.ndarray, trotting: bool, task) -> bool:
+        """Start/stop the trot, command the gait, update its references; returns whether
+        it trots."""
+        s, gait = self.scenario, self.gait
+        if s.gait and not trotting and t >= s.trot_start and (s.trot_stop is None or t < s.trot_stop):
+            gait.start(t)
+            trotting = True
+        if trotting and s.trot_stop is not None and t >= s.trot_stop:
+            gait.stop()
+            trotting = False
+        if task is not None:
+            gait.set_velocity(*task.command(t, q, active=trotting))
+        gait.update(t, q, v, mask)
+        if self.terrain is not None:
+            self._feed_surfaces(mask)
+        return trotting
 
     def speed_window(self) -> tuple[float | None, float | None]:
         """Where the achieved speed is measured: from one second after the trot starts

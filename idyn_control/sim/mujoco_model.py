@@ -117,6 +117,7 @@ class MujocoSim:
         # qpos/qvel addresses of the free joint (0 for a floating base: MuJoCo's first joint)
         self._fq = int(model.jnt_qposadr[free]) if free >= 0 else 0
         self._fv = int(model.jnt_dofadr[free]) if free >= 0 else 0
+        self._root_body = int(model.jnt_bodyid[free]) if free >= 0 else None
 
         # MuJoCo body moving with each Pinocchio joint (index: Pinocchio joint id; 0: world)
         self.joint_body_ids = np.zeros(robot.pin_model.njoints, dtype=int)
@@ -196,6 +197,13 @@ class MujocoSim:
     def state(self) -> tuple[np.ndarray, np.ndarray]:
         """The current state as Pinocchio (q, v)."""
         return self.to_pinocchio(self.data.qpos, self.data.qvel)
+
+    def push(self, force_world: np.ndarray | None) -> None:
+        """A force on the floating base's centre of mass [N, world frame] until the next
+        call (None or zeros: no push)."""
+        if self._root_body is None:
+            return
+        self.data.xfrc_applied[self._root_body, :3] = 0.0 if force_world is None else force_world
 
     def step(self, tau: np.ndarray, n: int = 1) -> None:
         """Apply joint torques τ [N·m] (Pinocchio actuated order) for ``n`` timesteps.
