@@ -281,6 +281,19 @@ def ros_type_of(value: Any) -> str | None:
 STRUCTURAL_OPTIONS = frozenset({"force_contacts"})
 
 
+#: valid ranges of the numeric formulation options (by name, for every formulation that
+#: has one): tolerances must be positive (eps_abs ≤ 0 makes every solve run to its
+#: iteration limit), weights and gains non-negative, delays what the formulation keeps
+OPTION_RANGES: dict[str, tuple[float, float]] = {
+    "eps_abs": (1e-14, 1.0), "lcp_tol": (1e-15, 1.0), "consistency_tol": (1e-15, 1.0), "rank_tol": (1e-12, 1.0),
+    "rcond": (0.0, 1.0), "friction_margin": (0.0, 0.99), "delay_ticks": (1, 2), "max_pivots": (0, 10_000_000),
+    "slack_refinements": (0, 100), "contact_gain": (0.0, 1e6), "force_regularization": (0.0, 1e6),
+    "internal_force_weight": (0.0, 1e6), "regularization": (0.0, 1e6), "slack_weight": (0.0, 1e12),
+    "w_base": (0.0, 1e6), "w_force": (0.0, 1e6), "w_posture": (0.0, 1e6), "gain": (0.0, 1e6),
+    "ki": (0.0, 1e4), "integral_limit": (0.0, 1e6),
+}
+
+
 def option_spec(formulation: str, key: str) -> ParamSpec:
     """The parameter ``formulation_options.<key>`` of a formulation, typed from its default.
 
@@ -302,7 +315,7 @@ def option_spec(formulation: str, key: str) -> ParamSpec:
     return ParamSpec(FORMULATION_OPTIONS + key, value, kind,
                      f"option {key!r} of formulation {formulation!r} (see its defaults)"
                      + ("; the node subscribes per entry: fixed once configured" if structural else ""),
-                     read_only=structural)
+                     range=OPTION_RANGES.get(key), read_only=structural)
 
 
 def default_spec(formulation: str, key: str) -> ParamSpec:
@@ -311,7 +324,7 @@ def default_spec(formulation: str, key: str) -> ParamSpec:
     option = option_spec(formulation, key)
     return ParamSpec(f"{FORMULATION_DEFAULTS}{formulation}.{key}", option.default, option.type,
                      f"this robot's default of formulation_options.{key} when formulation is {formulation!r}",
-                     read_only=True)
+                     range=option.range, read_only=True)
 
 
 def default_specs(formulation: str) -> tuple[ParamSpec, ...]:

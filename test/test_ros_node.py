@@ -291,6 +291,78 @@ def _python_tick_command(h: Harness) -> np.ndarray:
     return tau[m.joint_order(h.command_order)]
 
 
+@pytest.mark.parametrize("joint,position,velocity,expected", [
+    (0, 0.1, 0.0, None), (0, 1e300, 0.0, "implausible"), (4, -20.0, 0.0, "implausible"),
+    (2, 0.1, 5e3, "implausible"), (2, math.nan, 0.0, "nonfinite")])
+def test_joint_states_far_outside_the_limits_are_implausible(joint, position, velocity, expected):
+    from rclpy.serialization import serialize_message
+
+    from idyn_control.ros.conversions import JointStateReader
+
+    model = robots.load("solo12")
+    reader = JointStateReader(model)
+    q = robots.standing_configuration(model, "solo12")[model.joint_q_index]
+    msg = JointState(name=list(model.joint_names), position=[float(x) for x in q], velocity=[0.0] * model.na)
+    msg.position[joint], msg.velocity[joint] = position, velocity
+    assert reader.read(msg) == expected
+    assert reader.read_serialized(serialize_message(msg)) == expected
+
+
+@pytest.mark.parametrize("field,value,expected", [
+    ("x", 1.0, None), ("x", 1e300, "implausible"), ("vx", 1e6, "implausible"), ("wz", 1e4, "implausible")])
+def test_base_estimates_beyond_any_plausible_value_are_implausible(field, value, expected):
+    from idyn_control.ros.conversions import OdometryReader
+
+    odom = Odometry()
+    odom.pose.pose.orientation.w = 1.0
+    target = {"x": odom.pose.pose.position, "vx": odom.twist.twist.linear, "wz": odom.twist.twist.angular}[field]
+    setattr(target, field[-1], value)
+    assert OdometryReader().read(odom) == expected
+
+
+def test_malformed_requests_and_absurd_states_neither_kill_nor_mislead_the_node(running):
+    """Issue 14: a SetParameters whose value type does not exist (rclpy's parameter service
+    raises on it) is survived and counted; a solver tolerance out of its range is refused;
+    a joint state far outside the joint limits (finite: 1e300 rad) is dropped like NaN, and
+    when valid input resumes after the watchdog the command is the standing one again, not
+    a posture held from the absurd sample."""
+    h, proc = running
+    t_base = time.monotonic()
+    h.spin_for(0.3)
+    baseline = np.median(h.commands_since(t_base), axis=0)
+    # 1. a parameter value of a type that does not exist: no answer, no crash
+    client = h.node.create_client(SetParameters, f"/{h.node_name}/set_parameters")
+    h.spin_until(client.service_is_ready, 10.0, "set_parameters")
+    bogus = ParameterMsg(name="controller.base_kp", value=ParameterValue(type=99))
+    client.call_async(SetParameters.Request(parameters=[bogus]))
+    h.spin_for(0.5)
+    h.node.destroy_client(client)
+    assert proc.poll() is None, "the node died on a malformed SetParameters"
+    h.spin_until(lambda: h.diag("callback_exceptions") >= 1, 5.0, "callback_exceptions in /diagnostics")
+    # 2. out-of-range solver option: refused with a reason (every solve would hit max_iter)
+    bad = h.set_parameter("formulation_options.eps_abs", -1.0)
+    assert not bad.successful and "eps_abs" in bad.reason
+    # 3. an absurd but finite posture, then valid input again
+    good = list(h.joint_positions)
+    dropped = h.diag("dropped.joint_states.implausible")
+    h.joint_positions = [1e300] + good[1:]
+    t0 = time.monotonic()
+    h.spin_for(0.3)
+    h.joint_positions = good
+    h.spin_until(lambda: h.diag("dropped.joint_states.implausible") > dropped, 5.0, "implausible drops counted")
+    h.spin_until(lambda: h.diagnostics.get("last_source") == "formulation", 10.0, "recovery")
+    assert proc.poll() is None
+    during = h.commands_since(t0)
+    assert np.isfinite(during).all() and np.abs(during).max() <= EFFORT_LIMIT + 1e-9
+    t1 = time.monotonic()
+    h.spin_for(0.3)
+    after = h.commands_since(t1)
+    assert len(after) > 50
+    # the standing command again (a hold posture taken from 1e300 would saturate every tick)
+    np.testing.assert_allclose(np.median(after, axis=0), baseline, atol=0.15)
+    assert (np.abs(after) >= EFFORT_LIMIT - 1e-6).mean() < 0.01
+
+
 def test_bad_inputs_are_dropped_counted_and_never_reach_the_motors(running):
     h, proc = running
     m = h.model
@@ -534,10 +606,10 @@ def test_joint_states_are_matched_by_name_in_any_order():
     model = robots.load("solo12")
     reader = JointStateReader(model)
     names = list(reversed(model.joint_names)) + ["camera_pan"]
-    msg = JointState(name=names, position=[float(i) for i in range(13)], velocity=[-float(i) for i in range(13)])
+    msg = JointState(name=names, position=[0.5 * i for i in range(13)], velocity=[-float(i) for i in range(13)])
     assert reader.read(msg) is None and reader.unknown == ("camera_pan",)
     for i, name in enumerate(names[:-1]):
-        assert reader.q[model.joint_index(name)] == float(i) and reader.v[model.joint_index(name)] == -float(i)
+        assert reader.q[model.joint_index(name)] == 0.5 * i and reader.v[model.joint_index(name)] == -float(i)
     msg.name = names[1:]
     msg.position, msg.velocity = [0.0] * 12, [0.0] * 12
     assert reader.read(msg) == "missing_joint" and reader.missing == (names[0],)

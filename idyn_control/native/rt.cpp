@@ -55,7 +55,7 @@ enum PlanSlot {
   P_SOLVER_OUT0, P_SOLVER_OUT1, P_SOLVER_OUT2, P_SOLVER_OUT3,
   P_TERMS_Q, P_TERMS_V, P_JOINT_Q_INDEX, P_CTRL_QDD_DES, P_F_QDD_DES, P_FORCES, P_F_TAU,
   P_TAU_LIMIT, P_TAU_PREV, P_NODE_TAU, P_NODE_Q, P_NODE_V, P_IN_JQ, P_IN_JV, P_CMD_INDEX, P_CMD_VIEW,
-  P_NAMES_INDEX, P_COUNT
+  P_NAMES_INDEX, P_STATE_BOUNDS, P_COUNT
 };
 // Scalars of the plan (doubles): sizes, kinds, limits.
 enum PlanValue {
@@ -184,6 +184,10 @@ bool fast_tick(Rt* rt, int64_t received_ns, int64_t wake_ns, int overwritten) {
     check += 0.0 * a + 0.0 * b;
   }
   if (check != 0.0) return false;  // NaN/inf
+  // implausible (far outside the joint limits): Python drops and counts it
+  const double* bounds = static_cast<const double*>(p[P_STATE_BOUNDS]);  // rows: q low, q high, |v| max
+  for (int i = 0; i < na; ++i)
+    if (rt->jq[i] < bounds[i] || rt->jq[i] > bounds[na + i] || std::abs(rt->jv[i]) > bounds[2 * na + i]) return false;
   // ---- the other inputs: fresh, same contact mask as the last Python tick
   const double now = start_mono, timeout = val[V_TIMEOUT];
   {

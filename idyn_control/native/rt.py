@@ -33,7 +33,7 @@ PLAN_SLOTS = ("engine_update", "engine", "layer_fn", *(f"layer_arg{i}" for i in 
               "solver_handle", "solver_a0", "solver_a1", "solver_a2", "solver_a3", "solver_tasks",
               "solver_out0", "solver_out1", "solver_out2", "solver_out3", "terms_q", "terms_v", "joint_q_index",
               "ctrl_qdd_des", "f_qdd_des", "forces", "f_tau", "tau_limit", "tau_prev", "node_tau", "node_q",
-              "node_v", "in_jq", "in_jv", "cmd_index", "cmd_view", "names_index")
+              "node_v", "in_jq", "in_jv", "cmd_index", "cmd_view", "names_index", "state_bounds")
 #: rt.cpp PlanValue, in order
 PLAN_VALUES = ("nv", "nb", "na", "k", "solver_kind", "version", "n_tasks", "rate_step", "n_cmd", "names_at",
                "names_len", "n_names", "unknown", "timeout", "threshold")
@@ -273,6 +273,7 @@ def plan_for(node) -> tuple[dict[str, int], dict[str, float], bytes] | None:
         "node_tau": _addr(node._tau), "node_q": _addr(node._q), "node_v": _addr(node._v),
         "in_jq": _addr(node._in_jq), "in_jv": _addr(node._in_jv), "cmd_index": _addr(node._cmd_index),
         "cmd_view": _addr(node._cmd_view), "names_index": _addr(reader._index),
+        "state_bounds": _addr(reader.bounds),
     }
     c = ctrl.config
     values = {

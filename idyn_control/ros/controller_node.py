@@ -169,8 +169,9 @@ MONITOR_MAX_DEFER_S = 0.5      # publish anyway after waiting this long for slac
 INPUTS = ("joint_states", "odom", "contact_states", "joint_reference", "base_reference", "desired_wrench",
           "measured_wrench")
 DROP_REASONS = {
-    "joint_states": ("missing_joint", "unknown_joint", "wrong_size", "nonfinite", "out_of_order", "malformed"),
-    "odom": ("nonfinite", "bad_quaternion", "out_of_order"),
+    "joint_states": ("missing_joint", "unknown_joint", "wrong_size", "nonfinite", "implausible", "out_of_order",
+                     "malformed"),
+    "odom": ("nonfinite", "implausible", "bad_quaternion", "out_of_order"),
     "contact_states": ("wrong_size", "nonfinite"),
     "joint_reference": ("empty", "unknown_joint", "wrong_size", "nonfinite", "time_not_increasing"),
     "base_reference": ("nonfinite", "bad_quaternion"),
@@ -235,6 +236,7 @@ class ControllerNode(LifecycleNode):
         self._entities: list = []  # publishers and subscriptions created at configure
         self._log_times: dict[str, float] = {}
         self.rejected_parameters = 0
+        self.callback_exceptions = 0  # callbacks that raised and were survived (_spin_once)
         self.add_on_set_parameters_callback(self._on_set_parameters)
 
     # ================================================================== lifecycle
@@ -663,6 +665,20 @@ class ControllerNode(LifecycleNode):
             self.get_logger().warning(f"loop_priority {self.loop_priority}: SCHED_FIFO refused ({exc}); "
                                       "running with normal scheduling")
 
+    def _spin_once(self, executor, timeout: float) -> None:
+        """One executor step; an exception a callback raises is logged, counted in
+        /diagnostics (``callback_exceptions``) and survived: a malformed request (e.g. a
+        SetParameters whose value type does not exist, which rclpy's parameter service
+        raises on) must not take the controller down. Shutdown still ends the loop."""
+        try:
+            executor.spin_once(timeout_sec=timeout)
+        except (ExternalShutdownException, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001 - survive any callback's failure, report it
+            self.callback_exceptions += 1
+            self._log_throttled("callback_exception", f"a callback raised and was skipped: "
+                                f"{type(exc).__name__}: {exc}")
+
     def spin(self, executor) -> None:
         """Run the executor until shutdown; in ``deadline`` mode also the control loop.
 
@@ -674,18 +690,18 @@ class ControllerNode(LifecycleNode):
         served = False
         while rclpy.ok(context=self.context):
             if self.loop_mode != "deadline" or not self._loop_running:
-                executor.spin_once(timeout_sec=0.1)
+                self._spin_once(executor, 0.1)
                 continue
             period = self.period_s
             deadline = self._next_deadline
             remaining = deadline - time.monotonic()
             if remaining > SPIN_MARGIN_S:
-                executor.spin_once(timeout_sec=remaining - SPIN_MARGIN_S)
+                self._spin_once(executor, remaining - SPIN_MARGIN_S)
                 served = True
                 continue  # re-check the clock after every callback
             if not served:  # no slack this period (overload): inputs must still progress, ticks slip
                 for _ in range(OVERLOAD_CALLBACKS):
-                    executor.spin_once(timeout_sec=0.0)
+                    self._spin_once(executor, 0.0)
             while time.monotonic() < deadline:
                 pass
             served = False
@@ -1108,6 +1124,7 @@ class ControllerNode(LifecycleNode):
             "watchdog_trips": self._watchdog_trips,
             "saturated_joint_ticks": self._saturated_joints,
             "rejected_parameters": self.rejected_parameters,
+            "callback_exceptions": self.callback_exceptions,
         }
         for key, v in self._stats.summary().items():
             values[key] = v
@@ -1201,7 +1218,9 @@ class ControllerNode(LifecycleNode):
             self._drop("joint_states", reason, lambda: (
                 f"missing {list(reader.missing)}" if reason == "missing_joint" else
                 "{} names, {} positions, {} velocities".format(*reader.sizes) if reason == "wrong_size" else
-                "not a sensor_msgs/JointState" if reason == "malformed" else "NaN/inf in position or velocity"))
+                "not a sensor_msgs/JointState" if reason == "malformed" else
+                "position or velocity far outside the joint's limits" if reason == "implausible" else
+                "NaN/inf in position or velocity"))
             return
         if reader.unknown:  # entries the model lacks are ignored, and counted
             self._drop("joint_states", "unknown_joint", lambda: f"ignored joints {list(reader.unknown)}")
@@ -1225,8 +1244,9 @@ class ControllerNode(LifecycleNode):
     def _on_odom(self, msg: Odometry) -> None:
         reason = self._odom.read(msg)
         if reason is not None:
-            self._drop("odom", reason, lambda: "NaN/inf pose or twist" if reason == "nonfinite"
-                       else "quaternion norm far from 1")
+            self._drop("odom", reason, lambda: {"nonfinite": "NaN/inf pose or twist",
+                                                "implausible": "position or twist beyond any plausible value"}.get(
+                reason, "quaternion norm far from 1"))
             return
         stamp = stamp_ns(msg.header.stamp)
         if self._out_of_order("odom", stamp):

@@ -25,6 +25,20 @@ from ..model import RobotModel
 
 OK = None
 
+#: a joint state this far outside the URDF's position limits is implausible [rad or m]:
+#: no encoder reads it on a working robot (a little outside happens: soft limits, offsets)
+POSITION_MARGIN = 0.5
+#: joint speeds above VELOCITY_FACTOR × the URDF's velocity limit, clipped to
+#: [VELOCITY_FLOOR, VELOCITY_CAP] (URDF limits are often placeholders), are implausible
+#: [rad/s or m/s]; the factor leaves room for a fall or an impact
+VELOCITY_FACTOR = 10.0
+VELOCITY_FLOOR = 100.0
+VELOCITY_CAP = 1000.0
+#: base estimates beyond these are implausible: position [m], linear [m/s], angular [rad/s]
+BASE_POSITION_MAX = 1e4
+BASE_LINEAR_MAX = 100.0
+BASE_ANGULAR_MAX = 200.0
+
 _U32 = struct.Struct("<I")
 _STAMP = struct.Struct("<iI")
 CDR_LE = b"\x00\x01"  # encapsulation header of little-endian plain CDR (XCDR1), what rmw_fastrtps sends
@@ -64,6 +78,13 @@ class JointStateReader:
         self.model = model
         self.q = np.zeros(model.na)
         self.v = np.zeros(model.na)
+        pm, joints = model.pin_model, model.joint_q_index
+        # rows: lowest and highest plausible position, highest plausible |velocity| (model
+        # order; also read by the compiled loop, idyn_control.native.rt)
+        self.bounds = np.empty((3, model.na))
+        self.bounds[0] = np.asarray(pm.lowerPositionLimit)[joints] - POSITION_MARGIN
+        self.bounds[1] = np.asarray(pm.upperPositionLimit)[joints] + POSITION_MARGIN
+        self.bounds[2] = np.clip(VELOCITY_FACTOR * np.abs(model.v_max), VELOCITY_FLOOR, VELOCITY_CAP)
         self.stamp_ns = 0
         self.sizes = (0, 0, 0)
         self._names: list[str] | None = None
@@ -103,6 +124,9 @@ class JointStateReader:
         np.take(velocity, self._index, out=v)
         if not (np.isfinite(q).all() and np.isfinite(v).all()):
             return "nonfinite"
+        b = self.bounds
+        if (q < b[0]).any() or (q > b[1]).any() or (np.abs(v) > b[2]).any():
+            return "implausible"
         return OK
 
     def read_serialized(self, data: bytes) -> str | None:
@@ -195,6 +219,10 @@ class OdometryReader:
         v[3], v[4], v[5] = t.angular.x, t.angular.y, t.angular.z
         if not (np.isfinite(q).all() and np.isfinite(v).all()):
             return "nonfinite"
+        if (max(abs(q[0]), abs(q[1]), abs(q[2])) > BASE_POSITION_MAX
+                or max(abs(v[0]), abs(v[1]), abs(v[2])) > BASE_LINEAR_MAX
+                or max(abs(v[3]), abs(v[4]), abs(v[5])) > BASE_ANGULAR_MAX):
+            return "implausible"
         norm = math.sqrt(q[3] * q[3] + q[4] * q[4] + q[5] * q[5] + q[6] * q[6])
         if abs(norm - 1.0) > 0.1:
             return "bad_quaternion"
