@@ -141,8 +141,8 @@ from .. import config, formulations
 from ..controller import Controller, ControllerConfig
 from ..errors import ConfigError, IdynError
 from . import parameters, signals
-from .conversions import (JointStateReader, JointTrajectoryReference, OdometryReader, as_array,
-                          quaternion_to_matrix, stamp_ns)
+from .conversions import (BASE_ANGULAR_MAX, BASE_LINEAR_MAX, JointStateReader, JointTrajectoryReference,
+                          OdometryReader, as_array, quaternion_to_matrix, stamp_ns)
 from .loop_stats import LoopStats
 
 STATE_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT,
@@ -166,6 +166,10 @@ STATE_BUDGET_S = 150e-6        # typical cost of ~/state + contact wrenches (mea
 DIAGNOSTICS_BUDGET_S = 400e-6  # typical cost of /diagnostics
 MONITOR_MAX_DEFER_S = 0.5      # publish anyway after waiting this long for slack
 
+#: a base pose reference farther than this from the measured base is implausible [m]
+#: (beyond any leg's reach: the base PD would saturate every joint trying)
+BASE_REFERENCE_REACH = 1.0
+
 INPUTS = ("joint_states", "odom", "contact_states", "joint_reference", "base_reference", "desired_wrench",
           "measured_wrench")
 DROP_REASONS = {
@@ -174,7 +178,7 @@ DROP_REASONS = {
     "odom": ("nonfinite", "implausible", "bad_quaternion", "out_of_order"),
     "contact_states": ("wrong_size", "nonfinite"),
     "joint_reference": ("empty", "unknown_joint", "wrong_size", "nonfinite", "time_not_increasing"),
-    "base_reference": ("nonfinite", "bad_quaternion"),
+    "base_reference": ("nonfinite", "implausible", "bad_quaternion"),
     "desired_wrench": ("nonfinite", "wrong_frame", "torque", "too_large"),
     "measured_wrench": ("nonfinite", "wrong_frame"),
 }
@@ -238,6 +242,7 @@ class ControllerNode(LifecycleNode):
         self.rejected_parameters = 0
         self.callback_exceptions = 0  # callbacks that raised and were survived (_spin_once)
         self.add_on_set_parameters_callback(self._on_set_parameters)
+        guard_parameter_services(self)
 
     # ================================================================== lifecycle
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -1299,6 +1304,12 @@ class ControllerNode(LifecycleNode):
         if abs(norm - 1.0) > 0.1:
             self._drop("base_reference", "bad_quaternion", lambda: f"quaternion norm {norm:.3f}")
             return
+        with self._lock:
+            base = self._in_base_q[:3].copy() if self._t_in["odom"] > 0.0 else None
+        if base is not None and np.abs(position - base).max() > BASE_REFERENCE_REACH:
+            self._drop("base_reference", "implausible", lambda: (
+                f"{np.abs(position - base).max():.3g} m from the measured base (> {BASE_REFERENCE_REACH} m)"))
+            return
         R = quaternion_to_matrix(quat / norm, np.zeros((3, 3)))
         self._base_pose_ref = (position, R)
         self._base_ref = (position, R, np.zeros(3), np.zeros(3))
@@ -1310,6 +1321,9 @@ class ControllerNode(LifecycleNode):
         velocity, angular = np.array([lin.x, lin.y, lin.z]), np.array([ang.x, ang.y, ang.z])
         if not (np.isfinite(velocity).all() and np.isfinite(angular).all()):
             self._drop("base_reference", "nonfinite", lambda: "NaN/inf twist")
+            return
+        if np.abs(velocity).max() > BASE_LINEAR_MAX or np.abs(angular).max() > BASE_ANGULAR_MAX:
+            self._drop("base_reference", "implausible", lambda: "twist beyond any plausible value")
             return
         ctrl = self.ctrl
         position, R = ((ctrl.base_position_ref.copy(), ctrl.base_rotation_ref.copy())
@@ -1431,6 +1445,40 @@ class ControllerNode(LifecycleNode):
         if node_values and self._rt is not None:
             self._rt.set_params(self._node_params["watchdog_timeout"], self._node_params["contacts.threshold"])
         return SetParametersResult(successful=True)
+
+
+#: ParameterValue types rclpy can turn into a Parameter (rcl_interfaces/ParameterType)
+_PARAMETER_TYPES = frozenset(range(0, 10))
+
+
+def guard_parameter_services(node) -> None:
+    """Answer a SetParameters(Atomically) request carrying a value type that does not
+    exist with a refusal, before rclpy's parameter service parses it: rclpy raises on such
+    a request inside the executor (ValueError from ``Parameter.Type``), which stopped the
+    node's loop. Counted with the other refused changes (``rejected_parameters``)."""
+    from rcl_interfaces.msg import SetParametersResult as Result
+    from rcl_interfaces.srv import SetParameters, SetParametersAtomically
+
+    for service in node.services:
+        atomic = service.srv_type is SetParametersAtomically
+        if not (atomic or service.srv_type is SetParameters):
+            continue
+        parse = service.callback
+
+        def guarded(request, response, parse=parse, atomic=atomic):
+            bad = [p.name for p in request.parameters if p.value.type not in _PARAMETER_TYPES]
+            if not bad:
+                return parse(request, response)
+            node.rejected_parameters += 1
+            reason = f"no such parameter value type for {bad}"
+            node.get_logger().warning(f"parameter change rejected: {reason}")
+            if atomic:
+                response.result = Result(successful=False, reason=reason)
+            else:
+                response.results = [Result(successful=False, reason=reason) for _ in request.parameters]
+            return response
+
+        service.callback = guarded
 
 
 def set_timer_slack(ns: int = 1) -> bool:
