@@ -1397,7 +1397,9 @@ class ControllerNode(LifecycleNode):
         result = self._check_parameters(params)
         if not result.successful:
             self.rejected_parameters += 1
-            self.get_logger().warning(f"parameter change rejected: {result.reason}")
+            # throttled: a flood of bad requests must not become a flood of log lines (a
+            # blocked stdout stalls the node)
+            self._log_throttled("rejected_parameter", f"parameter change rejected: {result.reason}")
         return result
 
     def _check_parameters(self, params) -> SetParametersResult:
@@ -1471,7 +1473,7 @@ def guard_parameter_services(node) -> None:
                 return parse(request, response)
             node.rejected_parameters += 1
             reason = f"no such parameter value type for {bad}"
-            node.get_logger().warning(f"parameter change rejected: {reason}")
+            node._log_throttled("rejected_parameter", f"parameter change rejected: {reason}")
             if atomic:
                 response.result = Result(successful=False, reason=reason)
             else:

@@ -1,0 +1,193 @@
+"""Fuzzing the running node over real DDS (issue 14): malformed and absurd messages on every
+input topic and bad parameter requests, in seeded episodes between stretches of valid input.
+
+Asserted over the whole run: the node process survives, every command is finite and within
+the effort limits, every bad input is dropped or refused (counted in /diagnostics), and
+0.3 s after each episode the command is the standing one again.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("rclpy")
+
+from geometry_msgs.msg import PoseStamped, TwistStamped  # noqa: E402
+from nav_msgs.msg import Odometry  # noqa: E402
+from rcl_interfaces.msg import Parameter as ParameterMsg, ParameterType, ParameterValue  # noqa: E402
+from rcl_interfaces.srv import SetParameters  # noqa: E402
+from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
+from std_msgs.msg import Float64MultiArray  # noqa: E402
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint  # noqa: E402
+
+from test_ros_node import EFFORT_LIMIT, Harness, start_node, stop_node  # noqa: E402
+
+EPISODES = 100          # × PER_EPISODE bad inputs, one per ~1 ms
+PER_EPISODE = 55
+RECOVERY_S = 0.3        # the standing command again within this long after an episode
+BASELINE_ATOL = 0.2     # [N·m]
+BAD = (math.nan, math.inf, -math.inf, 1e300, -1e300)
+
+
+class Fuzzer:
+    """Seeded bad inputs for every topic of the node, sent at the harness's feed rate."""
+
+    def __init__(self, h: Harness, rng: random.Random):
+        self.h, self.rng = h, rng
+        node, name = h.node, h.node_name
+        best_effort = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)
+        self.pub_js = h.pub_js
+        self.pub_odom = h.pub_odom
+        self.pub_contacts = h.pub_contacts
+        self.pub_traj = node.create_publisher(JointTrajectory, f"/{name}/joint_reference", 10)
+        self.pub_pose = node.create_publisher(PoseStamped, f"/{name}/base_reference", 10)
+        self.pub_twist = node.create_publisher(TwistStamped, f"/{name}/base_twist_reference", 10)
+        self.params = node.create_client(SetParameters, f"/{name}/set_parameters")
+        self.sent = 0
+        self.kinds = ("joint_states", "odom", "contacts", "trajectory", "base_reference", "parameters")
+
+    def _bad(self) -> float:
+        return self.rng.choice(BAD)
+
+    def joint_states(self) -> None:
+        h, r = self.h, self.rng
+        names, pos, vel = list(h.joint_names), list(h.joint_positions), list(h.joint_velocities)
+        case = r.randrange(6)
+        if case == 0:
+            pos[r.randrange(len(pos))] = self._bad()
+        elif case == 1:
+            vel[r.randrange(len(vel))] = self._bad()
+        elif case == 2:
+            pos = pos[: r.randrange(len(pos))]
+        elif case == 3:
+            names[r.randrange(len(names))] = "NOT_A_JOINT"
+        elif case == 4:
+            names = names[:-1] + [names[0]]  # a duplicate, one missing
+        else:
+            names, pos, vel = [], [], []
+        msg = JointState(name=names, position=pos, velocity=vel)
+        msg.header.stamp = h.node.get_clock().now().to_msg()
+        self.pub_js.publish(msg)
+
+    def odom(self) -> None:
+        h, r = self.h, self.rng
+        msg = Odometry()
+        msg.header.stamp = h.node.get_clock().now().to_msg()
+        p, o = msg.pose.pose.position, msg.pose.pose.orientation
+        p.x, p.y, p.z = (float(v) for v in h.q[:3])
+        o.x, o.y, o.z, o.w = (float(v) for v in h.q[3:7])
+        case = r.randrange(4)
+        if case == 0:
+            setattr(p, r.choice("xyz"), self._bad())
+        elif case == 1:
+            o.x = o.y = o.z = o.w = 0.0
+        elif case == 2:
+            setattr(msg.twist.twist.linear, r.choice("xyz"), r.choice((1e6, -1e6, math.nan)))
+        else:
+            setattr(msg.twist.twist.angular, r.choice("xyz"), r.choice((1e5, math.inf)))
+        self.pub_odom.publish(msg)
+
+    def contacts(self) -> None:
+        r = self.rng
+        n = len(self.h.contact_values)
+        data = [1.0] * r.choice((0, n - 1, n + 1)) if r.random() < 0.5 else [1.0] * (n - 1) + [self._bad()]
+        self.pub_contacts.publish(Float64MultiArray(data=data))
+
+    def trajectory(self) -> None:
+        h, r = self.h, self.rng
+        msg = JointTrajectory()
+        case = r.randrange(4)
+        msg.joint_names = list(h.joint_names) if case != 1 else ["NOT_A_JOINT"]
+        pt = JointTrajectoryPoint(positions=list(h.joint_positions))
+        pt.time_from_start.nanosec = 100_000_000
+        if case == 0:
+            pt.positions[r.randrange(len(pt.positions))] = math.nan
+        elif case == 2:
+            pt.positions = pt.positions[:-1]
+        if case != 3:  # case 3: no points at all
+            msg.points = [pt, pt] if case == 0 and r.random() < 0.5 else [pt]
+        self.pub_traj.publish(msg)
+
+    def base_reference(self) -> None:
+        r = self.rng
+        if r.random() < 0.5:
+            msg = PoseStamped()
+            msg.pose.position.x = self._bad()
+            msg.pose.orientation.w = 1.0
+            if r.random() < 0.5:
+                msg.pose.position.x, msg.pose.orientation.w = 0.0, 0.0  # zero quaternion
+            self.pub_pose.publish(msg)
+        else:
+            msg = TwistStamped()
+            msg.twist.linear.x = math.nan
+            self.pub_twist.publish(msg)
+
+    def parameters(self) -> None:
+        r = self.rng
+        name, value = r.choice([
+            ("controller.base_kp", ParameterValue(type=99)),
+            ("controller.base_kp", ParameterValue(type=ParameterType.PARAMETER_STRING, string_value="x")),
+            ("controller.base_kp", ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=-5.0)),
+            ("controller.base_kp", ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=math.nan)),
+            ("controller.joint_kp", ParameterValue(type=ParameterType.PARAMETER_DOUBLE_ARRAY,
+                                                   double_array_value=[1.0, 2.0])),
+            ("controller.safe_output", ParameterValue(type=ParameterType.PARAMETER_STRING, string_value="explode")),
+            ("formulation_options.eps_abs", ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=-1.0)),
+            ("formulation_options.eps_abs", ParameterValue(type=ParameterType.PARAMETER_INTEGER, integer_value=1)),
+            ("formulation", ParameterValue(type=ParameterType.PARAMETER_STRING, string_value="wbc_qp")),
+            ("watchdog_timeout", ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=1e9)),
+            ("", ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=1.0)),
+        ])
+        self.params.call_async(SetParameters.Request(parameters=[ParameterMsg(name=name, value=value)]))
+
+    def send(self, kind: str) -> None:
+        getattr(self, kind)()
+        self.sent += 1
+
+
+def test_fuzzed_inputs_and_parameters_never_kill_or_mislead_the_node():
+    proc = start_node("-p", "monitor_rate_hz:=0.0", name="idyn_fuzz")
+    h = Harness("idyn_fuzz")
+    try:
+        h.spin_until(lambda: len(h.commands) > 200 or proc.poll() is not None, 60.0, "first commands")
+        assert proc.poll() is None, stop_node(proc)
+        fuzz = Fuzzer(h, random.Random(20261124))
+        h.spin_until(fuzz.params.service_is_ready, 10.0, "set_parameters")
+        t0 = time.monotonic()
+        h.spin_for(0.5)
+        baseline = np.median(h.commands_since(t0 + 0.2), axis=0)
+        late = []
+        for episode in range(EPISODES):
+            kind = fuzz.kinds[episode % len(fuzz.kinds)]
+            h.feeding = kind not in ("joint_states",)  # bad joint states replace the valid stream
+            for _ in range(PER_EPISODE):
+                fuzz.send(kind)
+                h.spin_for(0.001)
+            h.feeding = True
+            t_end = time.monotonic()
+            h.spin_for(RECOVERY_S)
+            window = h.commands_since(t_end + RECOVERY_S - 0.05)
+            if len(window) == 0 or np.abs(np.median(window, axis=0) - baseline).max() > BASELINE_ATOL:
+                late.append((episode, kind, None if len(window) == 0 else
+                             float(np.abs(np.median(window, axis=0) - baseline).max())))
+            assert proc.poll() is None, f"the node died in episode {episode} ({kind}): {stop_node(proc)}"
+        cmds = h.commands_since(t0)
+        assert fuzz.sent >= 5000, fuzz.sent
+        assert np.isfinite(cmds).all() and np.abs(cmds).max() <= EFFORT_LIMIT + 1e-9
+        assert not late, f"not back to the standing command {RECOVERY_S} s after: {late[:5]}; node log: " \
+            f"{stop_node(proc)[-3000:]}"
+        h.spin_for(0.3)  # /diagnostics at 10 Hz
+        assert h.diag("callback_exceptions") == 0, h.diagnostics
+        for key in ("dropped.joint_states.nonfinite", "dropped.joint_states.implausible",
+                    "dropped.odom.nonfinite", "dropped.contact_states.wrong_size", "rejected_parameters",
+                    "dropped.base_reference.implausible", "dropped.joint_reference.nonfinite"):
+            assert h.diag(key) >= 1, (key, h.diagnostics)
+    finally:
+        h.close()
+        stop_node(proc)
