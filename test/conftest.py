@@ -7,7 +7,11 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from idyn_control import robots
+from pathlib import Path
+
+import yaml
+
+from idyn_control import config, robots
 
 FLOATING = ("quadruped", "solo12", "anymal_c", "go2")
 FIXED = ("panda", "ur5")
@@ -42,3 +46,33 @@ def standing_state(name, model):
     """Standing configuration of a legged robot, zero velocity and acceleration."""
     q = robots.standing_configuration(model, name)
     return q, np.zeros(model.nv), np.zeros(model.nv)
+
+
+#: standing poses from each robot's SRDF ("standing" group state in example-robot-data)
+NEW_ROBOTS = {
+    "a1": dict(urdf="package://example-robot-data/robots/a1_description/urdf/a1.urdf",
+               frames=["FL_foot", "FR_foot", "RL_foot", "RR_foot"],
+               joints=[f"{leg}_{j}_joint" for leg in ("FL", "FR", "RL", "RR") for j in ("hip", "thigh", "calf")],
+               positions=[0.0, 0.8, -1.6] * 4),
+    "hyq": dict(urdf="hyq_description/robots/hyq_no_sensors.urdf",  # relative to the file: see write_robot_file
+                frames=["lf_foot", "rf_foot", "lh_foot", "rh_foot"],
+                joints=[f"{leg}_{j}_joint" for leg in ("lf", "rf", "lh", "rh") for j in ("haa", "hfe", "kfe")],
+                positions=[-0.2, 0.75, -1.5, -0.2, 0.75, -1.5, -0.2, -0.75, 1.5, -0.2, -0.75, 1.5]),
+}
+
+
+def write_robot_file(tmp_path: Path, name: str, **extra) -> Path:
+    """A user's robot file; HyQ's URDF is named by a path relative to the file (through a
+    link to example-robot-data's robots/ beside it), A1's by a package:// URI."""
+    r = NEW_ROBOTS[name]
+    urdf = r["urdf"]
+    if not urdf.startswith("package://"):
+        link = tmp_path / "descriptions"
+        if not link.exists():
+            link.symlink_to(robots.example_robot_data_dir() / "robots")
+        urdf = f"descriptions/{urdf}"
+    params = {"robot": name, "urdf_path": urdf, "contacts": {"frames": r["frames"]},
+              "standing_pose": {"joints": r["joints"], "positions": r["positions"]}, **extra}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({config.NODE_NAME: {"ros__parameters": params}}, sort_keys=False))
+    return path

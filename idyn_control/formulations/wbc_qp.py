@@ -14,6 +14,13 @@ With ``backend`` "auto" (default) the whole tick runs compiled (idyn_control.nat
 the library is built and ``solver`` is ProxQP; tasks' J and drift are then not refreshed
 in Python (their position and velocity are).
 
+**Scale.** The QP is solved per unit mass: the rows in newtons (base dynamics, torque
+limits) are divided by the robot mass m and the forces are the variables f̂ = f/m [m/s²],
+like the contact and task rows. One absolute tolerance (``eps_abs``) then means the same
+relative accuracy for a 1 kg and a 100 kg robot. Solved in newtons, ANYmal C (50 kg) and
+HyQ (87 kg) hit ProxQP's iteration cap or "infeasible" on ordinary standing states at
+``eps_abs`` 1e-8, and the controller fell back to damping (test_scale.py).
+
 τ = M_j q̈ + h_j − J_jᵀ f is recovered from the joint rows, so the dynamics hold exactly
 with the returned q̈ and f. The QP has a fixed size for all configured contacts, so the
 persistent ProxQP keeps its warm start across contact switches.
@@ -198,7 +205,7 @@ class WbcQp(Formulation):
         H[:] = 0.0
         diag[:nb] = o["w_base"]
         diag[nb:nv] = o["w_posture"]
-        diag[nv:] = o["w_force"] / self._mass**2
+        diag[nv:] = o["w_force"]  # on f̂ = f/m
         np.multiply(diag[:nv], self.qdd_des, out=g[:nv])
         np.negative(g[:nv], out=g[:nv])
         for task in self.tasks.values():
@@ -210,10 +217,11 @@ class WbcQp(Formulation):
         # equalities: base rows, then 3 rows per contact (zero rows for inactive ones)
         A, b = qp.A, qp.b
         J_all = cs.J.reshape(3 * k, nv)
+        inv_m = 1.0 / self._mass  # rows in newtons → per unit mass (module docstring)
         if nb:
-            A[:nb, :nv] = M[:nb]
+            np.multiply(M[:nb], inv_m, out=A[:nb, :nv])
             A[:nb, nv:] = -J_all[:, :nb].T
-            np.negative(h[:nb], out=b[:nb])
+            np.multiply(h[:nb], -inv_m, out=b[:nb])
         rows = slice(nb, nb + 3 * k)
         A[rows, :nv] = J_all
         np.negative(cs.drift.reshape(-1), out=b[rows])
@@ -230,14 +238,16 @@ class WbcQp(Formulation):
 
         # inequalities: friction (above), torque limits
         lim = slice(n_fr, n_fr + m.na)
-        qp.C[lim, :nv] = M[nb:]
+        np.multiply(M[nb:], inv_m, out=qp.C[lim, :nv])
         qp.C[lim, nv:] = -J_all[:, nb:].T
         np.subtract(-m.tau_max, h[nb:], out=qp.l[lim])
         np.subtract(m.tau_max, h[nb:], out=qp.u[lim])
+        qp.l[lim] *= inv_m
+        qp.u[lim] *= inv_m
 
         out = qp.solve()
         self.qdd[:] = out.x[:nv]
-        self.forces[:] = out.x[nv:].reshape(k, 3)
+        np.multiply(out.x[nv:].reshape(k, 3), self._mass, out=self.forces)
         if self._inactive_rows.size:
             self.forces[~cs.active] = 0.0  # bound to zero in the QP; make it exact
         gen = M @ self.qdd + h - J_all.T @ self.forces.reshape(-1)

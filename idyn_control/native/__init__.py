@@ -235,7 +235,7 @@ class Wbc(_Owner):
                                             float(o["eps_abs"]))
         if not self.handle:
             raise NativeUnavailable("native wbc_qp could not be created")
-        self.weights = np.zeros(4)
+        self.weights = np.zeros(5)
         self.info = np.zeros(2)
         self.tasks = np.zeros((0, TASK_STRIDE))
         self._solve = self.lib.idyn_wbc_solve
@@ -253,7 +253,7 @@ class Wbc(_Owner):
 
     def solve(self, tasks) -> tuple[int, int, float]:
         f, o, w = self.f, self.f.options, self.weights
-        w[0], w[1], w[2], w[3] = o["w_base"], o["w_posture"], o["w_force"] / f._mass**2, o["contact_gain"]
+        w[0], w[1], w[2], w[3], w[4] = o["w_base"], o["w_posture"], o["w_force"], o["contact_gain"], f._mass
         buf = self.tasks
         for i, task in enumerate(tasks):
             row = buf[i]

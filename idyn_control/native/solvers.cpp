@@ -187,6 +187,9 @@ int wbc_solve(Wbc& w, const double* qdd_des_p, const std::uint8_t* active, long 
   Qp& qp = w.qp;
   Eigen::Map<const VectorXd> qdd_des(qdd_des_p, nv), tau_max(tau_max_p, na);
   const double w_base = weights[0], w_posture = weights[1], w_force = weights[2], contact_gain = weights[3];
+  // rows in newtons are divided by the robot mass and the forces solved per unit mass
+  // (f̂ = f / m): the same tolerances hold for a 1 kg and a 100 kg robot (wbc_qp.py)
+  const double mass = weights[4], inv_m = 1.0 / mass;
 
   // cost
   qp.H.setZero();
@@ -212,9 +215,9 @@ int wbc_solve(Wbc& w, const double* qdd_des_p, const std::uint8_t* active, long 
 
   // equalities: base rows, then 3 rows per contact (zero rows for inactive ones)
   if (nb) {
-    qp.A.topLeftCorner(nb, nv) = t.M.topRows(nb);
+    qp.A.topLeftCorner(nb, nv) = inv_m * t.M.topRows(nb);
     qp.A.block(0, nv, nb, n) = -t.J.leftCols(nb).transpose();
-    qp.b.head(nb) = -t.h.head(nb);
+    qp.b.head(nb) = -inv_m * t.h.head(nb);
   }
   for (int i = 0; i < k; ++i) {
     if (active[i]) {
@@ -233,15 +236,15 @@ int wbc_solve(Wbc& w, const double* qdd_des_p, const std::uint8_t* active, long 
                        false);
     w.version = version;
   }
-  qp.C.block(n_fr, 0, na, nv) = t.M.bottomRows(na);
+  qp.C.block(n_fr, 0, na, nv) = inv_m * t.M.bottomRows(na);
   qp.C.block(n_fr, nv, na, n) = -t.J.rightCols(na).transpose();
-  qp.l.segment(n_fr, na) = -tau_max - t.h.tail(na);
-  qp.u.segment(n_fr, na) = tau_max - t.h.tail(na);
+  qp.l.segment(n_fr, na) = inv_m * (-tau_max - t.h.tail(na));
+  qp.u.segment(n_fr, na) = inv_m * (tau_max - t.h.tail(na));
 
   const int status = qp.solve();
   Eigen::Map<VectorXd> qdd(qdd_out, nv), f(f_out, n), tau(tau_out, na);
   qdd = qp.x.head(nv);
-  f = qp.x.tail(n);
+  f = mass * qp.x.tail(n);
   for (int i = 0; i < k; ++i)
     if (!active[i]) f.segment<3>(3 * i).setZero();  // bound to zero in the QP; make it exact
   tau = t.M.bottomRows(na) * qdd + t.h.tail(na) - t.J.rightCols(na).transpose() * f;
