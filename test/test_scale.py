@@ -76,3 +76,36 @@ def test_heavy_robots_trot_with_default_solver_options(robot, tmp_path):
     assert m["fallback_ticks"] == 0, m
     assert m["force_error_sum_rel"] < 0.05, m
     assert m["speed_along_command_m_s"] == pytest.approx(0.2, rel=0.2), m
+
+
+@pytest.mark.parametrize("backend", ("native", "python"))
+@pytest.mark.parametrize("robot", ("solo12", "anymal_c"))
+def test_wbc_qp_drops_torque_limits_no_torque_within_them_can_meet(robot, backend):
+    """Legs all but passive (limits 1e-6 N·m) on ground of μ 0.01: no torque within the
+    limits holds the feet with forces in their cones, standing or moving. wbc_qp solves
+    without the limits (the controller clamps), counts every such tick, and the dynamics
+    and the cones hold with what it returns. With its own limits nothing is dropped."""
+    model = robots.load(robot)  # a fresh model: its limits are changed below
+    own_limits = model.tau_max.copy()
+    q0 = robots.standing_configuration(model, robot)
+    for limit, expect_dropped in ((1e-6, True), (own_limits, False)):
+        model.tau_max[:] = limit
+        f = formulations.make("wbc_qp", model, backend=backend)
+        if backend == "native" and f._native is None:
+            pytest.skip("compiled backend not built")
+        for i in range(len(model.contacts)):
+            f.contacts.set_friction(i, 0.01)
+        assert f.relaxations() == {"torque_limits_dropped": 0}
+        rng = np.random.default_rng(3)
+        for trial in range(10):
+            v, a = rng.normal(0.0, 0.5, model.nv), rng.normal(0.0, 2.0, model.nv)
+            if trial == 0:  # standing still
+                v[:], a[:] = 0.0, 0.0
+            result = f.solve(q0, v, a, model.contact_frames)
+            assert result.ok, (trial, result.status)
+            assert f.dynamics_residual(result) <= 1e-9
+            fz = result.forces[:, 2]
+            assert np.all(np.abs(result.forces[:, :2]) <= 0.01 * fz[:, None] + 1e-6 * max(1.0, fz.max()))
+            assert f.relaxations()["torque_limits_dropped"] == (trial + 1 if expect_dropped else 0)
+            if not expect_dropped:
+                assert np.all(np.abs(result.tau) <= model.tau_max + 1e-6)

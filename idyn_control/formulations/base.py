@@ -197,6 +197,12 @@ class Formulation(ABC):
     def reset(self) -> None:
         """Forget internal state (warm starts, previous solutions, integrators)."""
 
+    def relaxations(self) -> dict[str, int]:
+        """Constraints this formulation dropped to stay solvable, as counts of ticks since it
+        was made (e.g. ``torque_limits_dropped``); published in /diagnostics as
+        ``relaxed.<name>``. None by default."""
+        return {}
+
     def set_option(self, key: str, value: Any) -> None:
         """Change an option at run time (takes effect on the next solve)."""
         if key not in self.defaults:

@@ -36,7 +36,7 @@ import pinocchio as pin
 from ..contacts import PYRAMID_ROWS
 from ..errors import ConfigError, UnknownNameError
 from .. import native
-from ..qp import QpSolver
+from ..qp import INF, STRICT_INFEASIBILITY_TOLERANCE, QpSolver
 from .base import Formulation
 
 
@@ -98,7 +98,8 @@ class WbcQp(Formulation):
         self.nx = nv + 3 * k
         o = self.options
         self.qp = QpSolver(self.nx, nb + 3 * k, PYRAMID_ROWS * k + na,
-                           solver=o["solver"], warm_start=o["warm_start"], eps_abs=o["eps_abs"])
+                           solver=o["solver"], warm_start=o["warm_start"], eps_abs=o["eps_abs"],
+                           infeasibility_tolerance=STRICT_INFEASIBILITY_TOLERANCE)
         self.tasks: dict[str, Task] = {}
         self._contact_version = -1  # contact-set version the contact rows were built for
         self._Hdiag = np.einsum("ii->i", self.qp.H)  # writable view of the diagonal
@@ -106,7 +107,17 @@ class WbcQp(Formulation):
         self._zero = np.zeros(nv)
         self._mass = pin.computeTotalMass(model.pin_model)
         self._task_list: tuple[Task, ...] = ()
+        self._torque_limits_dropped = 0  # the Python backend's count
         self._native = self._native_backend(native.Wbc)
+
+    @property
+    def torque_limits_dropped(self) -> int:
+        """Ticks solved without the torque limits: no torque within them held the contacts
+        (ProxQP "infeasible" or "max_iter" with them); the controller clamps the torque."""
+        return self._native.torque_limits_dropped if self._native is not None else self._torque_limits_dropped
+
+    def relaxations(self) -> dict[str, int]:
+        return {"torque_limits_dropped": self.torque_limits_dropped}
 
     # ------------------------------------------------------------------ tasks
     def add_com_task(self, weight: float, name: str = "com") -> Task:
@@ -246,10 +257,19 @@ class WbcQp(Formulation):
         qp.u[lim] *= inv_m
 
         out = qp.solve()
+        iterations, solve_time = out.iterations, out.solve_time_s
+        if not out.ok and m.na:
+            # no torque within the limits holds the contacts (or ProxQP says so): solve
+            # without the limits; the controller's safety layer clamps what exceeds them
+            qp.l[lim], qp.u[lim] = -INF, INF
+            out = qp.solve()
+            iterations += out.iterations
+            solve_time += out.solve_time_s
+            self._torque_limits_dropped += 1
         self.qdd[:] = out.x[:nv]
         np.multiply(out.x[nv:].reshape(k, 3), self._mass, out=self.forces)
         if self._inactive_rows.size:
             self.forces[~cs.active] = 0.0  # bound to zero in the QP; make it exact
         gen = M @ self.qdd + h - J_all.T @ self.forces.reshape(-1)
         self.tau[:] = gen[nb:]
-        return out.status, out.iterations, out.solve_time_s
+        return out.status, iterations, solve_time

@@ -84,6 +84,8 @@ def load() -> ctypes.CDLL:
     lib.idyn_wbc_new.argtypes = [P, P, I, D]
     lib.idyn_wbc_free.argtypes = [P]
     lib.idyn_wbc_reset.argtypes = [P]
+    lib.idyn_wbc_torque_limits_dropped.restype = L
+    lib.idyn_wbc_torque_limits_dropped.argtypes = [P]
     lib.idyn_wbc_solve.restype = I
     lib.idyn_wbc_solve.argtypes = [P, P, P, L, P, P, I, P, P, P, P, P]
     lib.idyn_qpc_new.restype = P
@@ -236,7 +238,7 @@ class Wbc(_Owner):
         if not self.handle:
             raise NativeUnavailable("native wbc_qp could not be created")
         self.weights = np.zeros(5)
-        self.info = np.zeros(2)
+        self.info = np.zeros(3)  # iterations, solve time [s], torque limits dropped (0/1)
         self.tasks = np.zeros((0, TASK_STRIDE))
         self._solve = self.lib.idyn_wbc_solve
         f = formulation
@@ -265,6 +267,11 @@ class Wbc(_Owner):
 
     def reset(self) -> None:
         self.lib.idyn_wbc_reset(self.handle)
+
+    @property
+    def torque_limits_dropped(self) -> int:
+        """Ticks solved without the torque limits (compiled ticks of the node's loop included)."""
+        return int(self.lib.idyn_wbc_torque_limits_dropped(self.handle))
 
 
 class QpContact(_Owner):

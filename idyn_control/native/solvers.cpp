@@ -25,6 +25,10 @@ using Eigen::VectorXd;
 namespace pq = proxsuite::proxqp;
 
 constexpr double INF = 1e20;
+// ProxQP's infeasibility certificate tolerances (idyn_control.qp): its default, and the
+// strict one of wbc_qp
+constexpr double PROXQP_INFEASIBILITY_TOLERANCE = 1e-4;
+constexpr double STRICT_INFEASIBILITY_TOLERANCE = 1e-9;
 constexpr int PYRAMID_ROWS = 5;
 constexpr double STAGE2_TIKHONOV = 1e-9;  // as qp_contact.STAGE2_TIKHONOV
 constexpr double STANCE_DAMPING = 1e-9;   // as qp_contact.STANCE_DAMPING
@@ -47,16 +51,19 @@ struct Qp {
   bool warm_start, initialized = false;
   double eps_abs;
   int max_iter;
+  double infeasibility_tolerance;
   std::optional<pq::dense::QP<double>> holder;  // none for an empty problem (n = 0)
   pq::dense::QP<double>* qp_ = nullptr;
   int iterations = 0;
   double solve_time = 0.0;
 
-  Qp(int n_, int n_eq_, int n_in_, bool warm, double eps_abs_, int max_iter_)
+  Qp(int n_, int n_eq_, int n_in_, bool warm, double eps_abs_, int max_iter_,
+     double infeasibility_tolerance_ = PROXQP_INFEASIBILITY_TOLERANCE)
       : n(n_), n_eq(n_eq_), n_in(n_in_), H(MatrixXd::Zero(n_, n_)), A(MatrixXd::Zero(n_eq_, n_)),
         C(MatrixXd::Zero(n_in_, n_)), g(VectorXd::Zero(n_)), b(VectorXd::Zero(n_eq_)),
         l(VectorXd::Constant(n_in_, -INF)), u(VectorXd::Constant(n_in_, INF)), x(VectorXd::Zero(n_)),
-        y(VectorXd::Zero(n_eq_)), z(VectorXd::Zero(n_in_)), warm_start(warm), eps_abs(eps_abs_), max_iter(max_iter_) {
+        y(VectorXd::Zero(n_eq_)), z(VectorXd::Zero(n_in_)), warm_start(warm), eps_abs(eps_abs_), max_iter(max_iter_),
+        infeasibility_tolerance(infeasibility_tolerance_) {
     make();
   }
 
@@ -69,6 +76,8 @@ struct Qp {
     auto& s = qp_->settings;
     s.eps_abs = eps_abs;
     s.eps_rel = 1e-10;
+    s.eps_primal_inf = infeasibility_tolerance;
+    s.eps_dual_inf = infeasibility_tolerance;
     s.max_iter = max_iter;
     s.max_iter_in = 20;
     s.verbose = false;
@@ -165,12 +174,14 @@ struct Wbc {
   Qp qp;
   const double* friction_rows;  // ContactSet.friction_rows (k x 5 x 3)
   long version = -1;
+  long torque_limits_dropped = 0;  // ticks solved without the torque limits
   MatrixXd Jt;
   Eigen::Vector3d position, velocity, drift, a;
 
   Wbc(Engine* e, const double* rows, bool warm, double eps_abs)
       : engine(e), d(engine_dims(*e)),
-        qp(d.nv + 3 * d.k, d.nb + 3 * d.k, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100),
+        qp(d.nv + 3 * d.k, d.nb + 3 * d.k, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100,
+           STRICT_INFEASIBILITY_TOLERANCE),
         friction_rows(rows), Jt(3, d.nv) {}
 };
 
@@ -241,15 +252,29 @@ int wbc_solve(Wbc& w, const double* qdd_des_p, const std::uint8_t* active, long 
   qp.l.segment(n_fr, na) = inv_m * (-tau_max - t.h.tail(na));
   qp.u.segment(n_fr, na) = inv_m * (tau_max - t.h.tail(na));
 
-  const int status = qp.solve();
+  int status = qp.solve();
+  int iterations = qp.iterations;
+  double solve_time = qp.solve_time;
+  info[2] = 0.0;
+  if (status != SOLVED && na) {
+    // no torque within the limits holds the contacts (or ProxQP says so): solve without
+    // the limits; the controller's safety layer clamps what exceeds them (wbc_qp.py)
+    qp.l.segment(n_fr, na).setConstant(-INF);
+    qp.u.segment(n_fr, na).setConstant(INF);
+    status = qp.solve();
+    iterations += qp.iterations;
+    solve_time += qp.solve_time;
+    info[2] = 1.0;
+    ++w.torque_limits_dropped;
+  }
   Eigen::Map<VectorXd> qdd(qdd_out, nv), f(f_out, n), tau(tau_out, na);
   qdd = qp.x.head(nv);
   f = mass * qp.x.tail(n);
   for (int i = 0; i < k; ++i)
     if (!active[i]) f.segment<3>(3 * i).setZero();  // bound to zero in the QP; make it exact
   tau = t.M.bottomRows(na) * qdd + t.h.tail(na) - t.J.rightCols(na).transpose() * f;
-  info[0] = qp.iterations;
-  info[1] = qp.solve_time;
+  info[0] = iterations;
+  info[1] = solve_time;
   return status;
 }
 
@@ -524,6 +549,8 @@ int idyn_wbc_solve(void* w, const double* qdd_des, const std::uint8_t* active, l
   return idyn::wbc_solve(*static_cast<idyn::Wbc*>(w), qdd_des, active, version, weights, tau_max, n_tasks, tasks,
                          qdd, tau, forces, info);
 }
+
+long idyn_wbc_torque_limits_dropped(void* w) { return static_cast<idyn::Wbc*>(w)->torque_limits_dropped; }
 
 void* idyn_qpc_new(void* engine, double dt, int unilateral_only, int warm_start, double eps_abs,
                    const double* friction_rows, const double* basis, const double* phi) {

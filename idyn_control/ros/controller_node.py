@@ -1141,6 +1141,8 @@ class ControllerNode(LifecycleNode):
             values[f"status.{status}"] = n
         for source, n in self._source_counts.items():
             values[f"source.{source}"] = n
+        for name, n in ctrl.formulation.relaxations().items():
+            values[f"relaxed.{name}"] = n
         for name in ("joint_states", "odom", "contact_states"):
             t = self._t_in[name]
             values[f"age_ms.{name}"] = (now - t) * 1e3 if t > 0.0 else -1.0
