@@ -168,6 +168,8 @@ class QpSolver:
 
     def _solve_proxqp(self, x0: np.ndarray | None) -> tuple[str, int]:
         qp = self._qp
+        qp.settings.eps_primal_inf = self.infeasibility_tolerance  # may change between solves
+        qp.settings.eps_dual_inf = self.infeasibility_tolerance
         A = self.A if self.n_eq else None
         b = self.b if self.n_eq else None
         C = self.C if self.n_in else None

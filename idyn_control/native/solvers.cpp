@@ -89,6 +89,8 @@ struct Qp {
   int attempt(const VectorXd* x0) {
     using proxsuite::nullopt;
     auto& qp = *qp_;
+    qp.settings.eps_primal_inf = infeasibility_tolerance;  // may change between solves
+    qp.settings.eps_dual_inf = infeasibility_tolerance;
     if (!initialized) {
       if (n_eq)
         qp.init(H, g, A, b, C, l, u);
@@ -293,7 +295,7 @@ struct Qpc {
   long fast_path_ticks = 0, stage2_failures = 0;
   int effort_iterations = 0;
   double effort_time = 0.0;
-  VectorXd f, qdd, qdd_b, vq_plus, p, wv, tau0, tau1, v_plus, gap, base_wrench, rhs_h, vb_star, approach, cq;
+  VectorXd f, f_unit, qdd, qdd_b, vq_plus, p, wv, tau0, tau1, v_plus, gap, base_wrench, rhs_h, vb_star, approach, cq;
   MatrixXd Z, N, rhs_b, G;
   Eigen::LLT<MatrixXd> A_chol;
 
@@ -302,7 +304,7 @@ struct Qpc {
       : engine(e), d(engine_dims(*e)), dt(dt_), unilateral_only(unilateral),
         stage1(3 * d.k, 0, (PYRAMID_ROWS + 1) * d.k, warm, eps_abs, 100),
         stage2(3 * d.k, d.nb, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100), friction_rows(rows), basis(basis_),
-        phi(phi_), f(VectorXd::Zero(3 * d.k)), qdd(VectorXd::Zero(d.nv)), qdd_b(d.nb), vq_plus(d.na), p(d.nb), wv(d.nb),
+        phi(phi_), f(VectorXd::Zero(3 * d.k)), f_unit(VectorXd::Zero(3 * d.k)), qdd(VectorXd::Zero(d.nv)), qdd_b(d.nb), vq_plus(d.na), p(d.nb), wv(d.nb),
         tau0(d.na), tau1(d.na), v_plus(d.nv), gap(d.k), base_wrench(d.nb), rhs_h(d.nb), Z(d.nb, 3 * d.k),
         N(d.k, d.nv), rhs_b(d.nb, 1), A_chol(d.nb) {
     vb_star.resize(d.nb);
@@ -319,6 +321,7 @@ struct Qpc {
   // min ½‖τ(f)‖² over feasible f with J_bᵀ f = base_wrench (Stage I's optimal set).
   // limited: 1/0 = with/without |τ| ≤ τ_max; −1 = only if the current forces meet them.
   void run_stage2(const Eigen::Map<const VectorXd>& tau_max, bool torque_limits, int limited) {
+    const bool from_stage1 = limited < 0;
     const Terms& t = engine_terms(*engine);
     const int nb = d.nb, na = d.na, k = d.k;
     Qp& s2 = stage2;
@@ -327,10 +330,12 @@ struct Qpc {
     const auto Jj = t.J.rightCols(na);
     s2.H.noalias() = Jj * Jj.transpose();
     s2.H.diagonal().array() += STAGE2_TIKHONOV * std::max(1.0, s2.H.trace());
-    s2.g.noalias() = -Jj * tau0;
+    // solved per unit mass (τ/m, f/m; qp_contact.py): the same tolerances for 1 and 100 kg
+    const double mass = nb ? t.M(0, 0) : 1.0, inv_m = 1.0 / mass;
+    s2.g.noalias() = -inv_m * (Jj * tau0);
     if (nb) {
       s2.A = t.J.leftCols(nb).transpose();
-      s2.b = base_wrench;
+      s2.b = inv_m * base_wrench;
     }
     const int r0 = PYRAMID_ROWS * k;
     s2.C.middleRows(r0, na) = -Jj.transpose();
@@ -340,17 +345,21 @@ struct Qpc {
       limited = torque_limits && (tau1.cwiseAbs().array() <= tau_max.array()).all();
     }
     if (limited) {
-      s2.l.segment(r0, na) = -tau_max - tau0;
-      s2.u.segment(r0, na) = tau_max - tau0;
+      s2.l.segment(r0, na) = inv_m * (-tau_max - tau0);
+      s2.u.segment(r0, na) = inv_m * (tau_max - tau0);
     } else {
       s2.l.segment(r0, na).setConstant(-INF);
       s2.u.segment(r0, na).setConstant(INF);
     }
     stage2_limited = limited;
-    const int status = s2.solve(&f);  // Stage I's (or the last tick's) forces: a good start
+    // after Stage I its forces are feasible: "infeasible" can only be ProxQP's early
+    // certificate misfiring; on the fast path (limited ≥ 0) it is the expected early exit
+    s2.infeasibility_tolerance = from_stage1 ? STRICT_INFEASIBILITY_TOLERANCE : PROXQP_INFEASIBILITY_TOLERANCE;
+    f_unit = inv_m * f;
+    const int status = s2.solve(&f_unit);  // Stage I's (or the last tick's) forces: a good start
     stage2_ok = status == SOLVED;
     if (stage2_ok)
-      f = s2.x;
+      f = mass * s2.x;
     else
       ++stage2_failures;
     add_effort(s2);
