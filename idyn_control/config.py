@@ -243,6 +243,9 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("gait.duty_factor", _GAIT.duty_factor, DOUBLE, "fraction of the cycle a foot is in stance",
               (0.05, 0.95), read_only=True),
     ParamSpec("gait.step_height", _GAIT.step_height, DOUBLE, "swing apex height [m]", (0.0, 0.3), read_only=True),
+    ParamSpec("gait.touchdown_depth", _GAIT.touchdown_depth, DOUBLE,
+              "the swing ends this far below the ground [m], so a foot lagging its reference still lands on time",
+              (0.0, 0.1), read_only=True),
     ParamSpec("gait.cmd_vel_timeout", 0.5, DOUBLE,
               "idyn_gait_controller: stop trotting when /cmd_vel is older than this [s, wall]", (0.0, 60.0),
               read_only=True),
@@ -252,7 +255,7 @@ SPEC: dict[str, ParamSpec] = {p.name: p for p in PARAMETERS}
 #: parameters that change at run time and map onto ControllerConfig fields
 CONTROLLER_FIELDS: dict[str, str] = {p.name: p.controller_field for p in PARAMETERS if p.controller_field}
 #: parameters that map onto GaitConfig fields (the robot's gait)
-GAIT_FIELDS = frozenset(("gait.period", "gait.duty_factor", "gait.step_height"))
+GAIT_FIELDS = frozenset(("gait.period", "gait.duty_factor", "gait.step_height", "gait.touchdown_depth"))
 
 
 # ====================================================================== types

@@ -581,7 +581,14 @@ def test_friction_spread_changes_torques_not_motion(load_robot, name):
     assert tau["torque"] < tau[False] - 1e-3  # the internal force was worth something
 
 
-@pytest.mark.parametrize("friction", [math.inf, 0.1])
+#: since the quadruped's swings end 8 mm below the ground: measured, LCP,μ on rigid μ∞
+#: falls at 2.4 s (with 2 mm it passed this 3 s test but fell at 5.7 s of the 30 s task):
+#: a planned stance foot stays in the air and the gait, waiting for it, never lifts the
+#: other pair; issue 10
+_LCP_INF = pytest.mark.xfail(strict=True, reason="LCP,mu falls at 2.4 s on rigid mu inf (issue 10)")
+
+
+@pytest.mark.parametrize("friction", [pytest.param(math.inf, marks=_LCP_INF), 0.1])
 def test_lcp_coulomb_trots_on_rigid_ground(friction):
     """Lock-step with MuJoCo, the project quadruped trotting at 0.2 m/s for 3 s (from
     0.5 s) on rigid ground, μ ∞ and 0.1: no fall, no fallback tick, speed within 30 % of

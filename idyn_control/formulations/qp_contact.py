@@ -68,6 +68,8 @@ from .base import Formulation
 
 #: relative Tikhonov term of Stage II; only breaks ties between equal-torque forces
 STAGE2_TIKHONOV = 1e-9
+#: relative Tikhonov term of Stage I: bounds its otherwise unbounded optimal set
+STAGE1_TIKHONOV = 1e-7
 #: values of the ``dissipation`` option (Stage I's target base velocity)
 DISSIPATION = native.DISSIPATION
 #: relative damping of the least-squares stance base velocity (two feet leave one
@@ -116,6 +118,7 @@ class _QpContact(Formulation):
         self.stage2 = QpSolver(n, nb, PYRAMID_ROWS * k + model.na, **qp_args)
         self.stage2_limited = True  # whether the last Stage II included torque limits
         self.stage2_failures = 0    # ticks where Stage II failed and Stage I forces were used
+        self.non_penetration_dropped = 0  # ticks whose Stage I was solved without non-penetration
         self.fast_path_ticks = 0    # ticks solved by Stage II alone (see _at_unconstrained_optimum)
         self.stage2_outcome = (0, 0.0)
         self._stage2_ok = False
@@ -168,6 +171,7 @@ class _QpContact(Formulation):
             status, iterations, solve_time = self._native.solve()
             info = self._native.info
             self.fast_path_ticks, self.stage2_failures = int(info[2]), int(info[3])
+            self.non_penetration_dropped = int(info[5])
             self.stage2_limited = bool(info[4])
             return native.STATUS[status], iterations, solve_time
         m, cs, dt = self.model, self.contacts, self.dt
@@ -210,6 +214,13 @@ class _QpContact(Formulation):
             # Stage I: ½ ‖v_b⁺ − v_b*‖²_A as a function of f, scaled by 1/Δt²
             s1 = self.stage1
             np.matmul(Jb, Z, out=s1.H)
+            # rank ≤ 6: with μ∞ (or forces inside the pyramid) opposing tangential forces
+            # are free and the optimal set unbounded; ProxQP then drifted along it to
+            # 1000-8000 N on a 29 N robot and stopped at max_iter. The relative Tikhonov
+            # term bounds it (the nearest-to-zero optimum; Stage II re-chooses in the set).
+            # Lemke, the paper's pivoting, keeps the indeterminate problem (seed 000 Fig. 6)
+            if self.options["stage1_solver"] == "qp":
+                np.einsum("ii->i", s1.H)[:] += STAGE1_TIKHONOV * np.trace(s1.H)
             s1.g[:] = Jb @ (v[:nb] + dt * p - vb_star) / dt
             # non-penetration: n_iᵀ J_i v⁺ ≥ −φ_i/Δt with v⁺ = v + Δt q̈, q̈_b = Z f + p
             rows = slice(PYRAMID_ROWS * k, (PYRAMID_ROWS + 1) * k)
@@ -223,13 +234,19 @@ class _QpContact(Formulation):
             status = out.status
             if not out.ok:
                 # prescribed joint motion drives a foot into the ground faster than the
-                # base can yield: drop non-penetration, keep friction (always feasible)
+                # base can yield: drop non-penetration, keep friction (always feasible:
+                # f = 0, so ProxQP's early "infeasible" certificate is not trusted), and
+                # answer with it, counted in relaxations()
                 s1.C[rows] = 0.0
                 s1.l[rows] = -INF
+                s1.infeasibility_tolerance = STRICT_INFEASIBILITY_TOLERANCE
                 relaxed = s1.solve()
+                s1.infeasibility_tolerance = PROXQP_INFEASIBILITY_TOLERANCE
                 iterations += relaxed.iterations
                 solve_time += relaxed.solve_time_s
-                out = relaxed if relaxed.ok else out
+                if relaxed.ok:
+                    out, status = relaxed, SOLVED
+                    self.non_penetration_dropped += 1
             if out.ok:
                 self._f[:] = out.x
             else:  # no usable forces: predict none (free fall), which is always safe
@@ -247,6 +264,9 @@ class _QpContact(Formulation):
             if cs.n_active and self.options["stage2"]:
                 iterations, solve_time = self._stage2(J[:, :0], np.zeros(0), limited=None)
         return self._finish(status, (iterations, solve_time))
+
+    def relaxations(self) -> dict[str, int]:
+        return {"non_penetration_dropped": self.non_penetration_dropped}
 
     def _stance_base_velocity(self, Jb: np.ndarray, c: np.ndarray) -> np.ndarray:
         """v_b*: the base velocity [m/s, rad/s] that keeps the active contacts still given

@@ -288,7 +288,7 @@ class QpContact(_Owner):
         if not self.handle:
             raise NativeUnavailable("native qp_contact could not be created")
         self.options = np.zeros(5)
-        self.info = np.zeros(5)
+        self.info = np.zeros(6)
         self._solve = self.lib.idyn_qpc_solve
         f = formulation
         self._addrs = (_addr(f.qdd_des), _addr(cs.active), _addr(self.options))

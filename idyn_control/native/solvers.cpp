@@ -31,6 +31,7 @@ constexpr double PROXQP_INFEASIBILITY_TOLERANCE = 1e-4;
 constexpr double STRICT_INFEASIBILITY_TOLERANCE = 1e-9;
 constexpr int PYRAMID_ROWS = 5;
 constexpr double STAGE2_TIKHONOV = 1e-9;  // as qp_contact.STAGE2_TIKHONOV
+constexpr double STAGE1_TIKHONOV = 1e-7;  // as qp_contact.STAGE1_TIKHONOV
 constexpr double STANCE_DAMPING = 1e-9;   // as qp_contact.STANCE_DAMPING
 // values of qp_contact's ``dissipation`` option, in qp_contact.DISSIPATION's order
 enum Dissipation { DISSIPATE_CONTACTS = 0, DISSIPATE_DESIRED = 1, DISSIPATE_BASE_MOMENTUM = 2 };
@@ -292,7 +293,7 @@ struct Qpc {
   const double* phi;            // ContactSet.phi (k)
   long version = -1;
   bool stage2_ok = false, stage2_limited = true;
-  long fast_path_ticks = 0, stage2_failures = 0;
+  long fast_path_ticks = 0, stage2_failures = 0, non_penetration_dropped = 0;
   int effort_iterations = 0;
   double effort_time = 0.0;
   VectorXd f, f_unit, qdd, qdd_b, vq_plus, p, wv, tau0, tau1, v_plus, gap, base_wrench, rhs_h, vb_star, approach, cq;
@@ -466,6 +467,7 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
       // Stage I: ½ ‖v_b⁺ − v_b*‖²_A as a function of f, scaled by 1/Δt²
       Qp& s1 = c.stage1;
       s1.H.noalias() = Jb * c.Z;
+      s1.H.diagonal().array() += STAGE1_TIKHONOV * s1.H.trace();  // as qp_contact.py
       c.v_plus.head(nb) = t.v.head(nb) + dt * c.p - c.vb_star;
       s1.g.noalias() = Jb * c.v_plus.head(nb);
       s1.g /= dt;
@@ -488,11 +490,18 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
       if (s1_status != SOLVED) {
         // prescribed joint motion drives a foot into the ground faster than the base
         // can yield: drop non-penetration, keep friction (always feasible)
+        // (f = 0 is feasible: ProxQP's early "infeasible" certificate is not trusted),
+        // and answer with it, counted (qp_contact.py relaxations())
         s1.C.middleRows(r0, k).setZero();
         s1.l.segment(r0, k).setConstant(-INF);
+        s1.infeasibility_tolerance = STRICT_INFEASIBILITY_TOLERANCE;
         const int relaxed = s1.solve();
+        s1.infeasibility_tolerance = PROXQP_INFEASIBILITY_TOLERANCE;
         c.add_effort(s1);
-        if (relaxed == SOLVED) s1_status = SOLVED;
+        if (relaxed == SOLVED) {
+          s1_status = status = SOLVED;
+          ++c.non_penetration_dropped;
+        }
       }
       if (s1_status == SOLVED)
         c.f = s1.x;
@@ -528,6 +537,7 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
   info[2] = static_cast<double>(c.fast_path_ticks);
   info[3] = static_cast<double>(c.stage2_failures);
   info[4] = c.stage2_limited ? 1.0 : 0.0;
+  info[5] = static_cast<double>(c.non_penetration_dropped);
   return status;
 }
 

@@ -60,7 +60,7 @@ class GaitControllerNode(ControllerNode):
             return
         q_stand = self._standing_configuration()
         config = GaitConfig(period=get("gait.period"), duty_factor=get("gait.duty_factor"),
-                            step_height=get("gait.step_height"))
+                            step_height=get("gait.step_height"), touchdown_depth=get("gait.touchdown_depth"))
         self.gait = Gait(self.ctrl, q_stand, config)
         self._cmd_vel_timeout = float(get("gait.cmd_vel_timeout"))
         reset = self.ctrl.reset
