@@ -65,6 +65,9 @@ class GaitConfig:
         max_position_error: horizontal distance the base reference may lead the measured
             base [m] (no wind-up when the robot lags).
         touchdown_depth: the swing ends this far below the ground [m] so it lands firmly.
+        ground_tolerance: a foot this close above the known ground [m] counts as down
+            when the gait decides whether the other feet may lift, even if it reads no
+            contact (unloaded).
         early_touchdown: fraction of the swing after which a sensed contact ends it.
         late_descent_speed: how fast a swing foot that missed the ground keeps going down
             [m/s], for at most ``late_touchdown_time`` [s], before it is declared stance.
@@ -86,6 +89,7 @@ class GaitConfig:
     max_step_correction: float = 0.04
     max_position_error: float = 0.03
     touchdown_depth: float = 0.002
+    ground_tolerance: float = 0.001
     early_touchdown: float = 0.5
     late_descent_speed: float = 0.1
     late_touchdown_time: float = 0.1
@@ -96,7 +100,7 @@ class GaitConfig:
 
     def validate(self, n_feet: int) -> None:
         for key in ("period", "step_height", "max_acceleration", "max_yaw_acceleration",
-                    "max_step_correction", "max_position_error", "touchdown_depth",
+                    "max_step_correction", "max_position_error", "touchdown_depth", "ground_tolerance",
                     "late_descent_speed", "late_touchdown_time", "regain_contact_time", "stand_up_time",
                     "stand_shift_speed"):
             value = getattr(self, key)
@@ -395,10 +399,16 @@ class Gait:
         due = (in_window & ~self._swung & ~self.swinging & (since * c.period < 0.5 * self.swing_duration)
                & (not no_new_swings))
         if due.any():
-            # lift only when the feet that stay down touch the ground: a foot that has not
-            # landed yet (late touchdown) keeps its partners down until it does
+            # lift only when the feet that stay down are on the ground: a foot that has not
+            # landed yet (late touchdown) keeps its partners down until it does. On the
+            # ground = sensed, or within ground_tolerance of it: with four feet down the
+            # load can leave one of them (rigid contact is indeterminate), which then
+            # reads "no contact" while standing on the ground; waiting for it to be
+            # loaded kept the other pair from lifting (LCP,μ stood 150 ms on the
+            # diagonal the schedule swings, then fell)
             staying = ~due & ~self.swinging
-            if staying.sum() >= 2 and mask[staying].all():
+            down = mask | np.array([f[2] - self.ground_at(f[0], f[1]) <= c.ground_tolerance for f in feet])
+            if staying.sum() >= 2 and down[staying].all():
                 for i in np.flatnonzero(due):
                     self.swinging[i] = True
                     self._swung[i] = True

@@ -582,10 +582,9 @@ def test_friction_spread_changes_torques_not_motion(load_robot, name):
 
 
 #: since the quadruped's swings end 8 mm below the ground: measured, LCP,μ on rigid μ∞
-#: falls at 2.4 s (with 2 mm it passed this 3 s test but fell at 5.7 s of the 30 s task):
-#: a planned stance foot stays in the air and the gait, waiting for it, never lifts the
-#: other pair; issue 10
-_LCP_INF = pytest.mark.xfail(strict=True, reason="LCP,mu falls at 2.4 s on rigid mu inf (issue 10)")
+#: walks (and walks the 30 s task, which it never did) but its summed normal force is
+#: predicted to 3.4 %, not 2.5 %; issue 10
+_LCP_INF = pytest.mark.xfail(strict=True, reason="LCP,mu force error 3.4 % on rigid mu inf (issue 10)")
 
 
 @pytest.mark.parametrize("friction", [pytest.param(math.inf, marks=_LCP_INF), 0.1])
