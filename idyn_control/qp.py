@@ -131,8 +131,6 @@ class QpSolver:
         s = qp.settings
         s.eps_abs = self.eps_abs
         s.eps_rel = 1e-10  # large forces [N]: absolute accuracy alone is below round-off
-        s.eps_primal_inf = self.infeasibility_tolerance
-        s.eps_dual_inf = self.infeasibility_tolerance
         s.max_iter = self.max_iter
         s.max_iter_in = 20  # bounds the inner loop too: a tick must end
         s.verbose = False

@@ -77,8 +77,6 @@ struct Qp {
     auto& s = qp_->settings;
     s.eps_abs = eps_abs;
     s.eps_rel = 1e-10;
-    s.eps_primal_inf = infeasibility_tolerance;
-    s.eps_dual_inf = infeasibility_tolerance;
     s.max_iter = max_iter;
     s.max_iter_in = 20;
     s.verbose = false;
@@ -489,9 +487,9 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
       status = s1_status;
       if (s1_status != SOLVED) {
         // prescribed joint motion drives a foot into the ground faster than the base
-        // can yield: drop non-penetration, keep friction (always feasible)
-        // (f = 0 is feasible: ProxQP's early "infeasible" certificate is not trusted),
-        // and answer with it, counted (qp_contact.py relaxations())
+        // can yield: drop non-penetration, keep friction (always feasible: f = 0, so
+        // ProxQP's early "infeasible" certificate is not trusted), and answer with it,
+        // counted (qp_contact.py relaxations())
         s1.C.middleRows(r0, k).setZero();
         s1.l.segment(r0, k).setConstant(-INF);
         s1.infeasibility_tolerance = STRICT_INFEASIBILITY_TOLERANCE;
