@@ -272,8 +272,11 @@ def _json_safe(d: dict[str, Any]) -> dict[str, Any]:
 
 # ====================================================================== orchestration
 def run(*, quick: bool = False, workers: int | None = None, out: str | Path = DEFAULT_OUT,
-        only: tuple[str, ...] = (), log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the cells over ``workers`` processes (default: all CPUs) and write the report."""
+        only: tuple[str, ...] = (), hash_seed: int = 0, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the cells over ``workers`` processes (default: all CPUs) and write the report.
+
+    ``hash_seed``: the workers' PYTHONHASHSEED (see below); another value replays every cell
+    with other round-off, a check of how robust a result is."""
     todo = cells(quick, only)
     workers = max(1, min(workers or os.cpu_count() or 1, max(len(todo), 1)))
     out = Path(out)
@@ -287,7 +290,7 @@ def run(*, quick: bool = False, workers: int | None = None, out: str | Path = DE
     # aligned data (identical QPs gave different last bits in two processes), which a fall
     # amplifies into a different run.
     for var, value in (("OMP_NUM_THREADS", "1"), ("OPENBLAS_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1"),
-                       ("PYTHONHASHSEED", "0")):
+                       ("PYTHONHASHSEED", str(hash_seed))):
         os.environ[var] = value
     import multiprocessing
 
@@ -309,7 +312,7 @@ def run(*, quick: bool = False, workers: int | None = None, out: str | Path = DE
     report = {
         "experiment": "seed000",
         "meta": {"quick": quick, "workers": workers, "cells": len(todo), "wall_time_s": time.perf_counter() - wall0,
-                 "commit": _git_commit(), "machine": f"{os.cpu_count()} CPUs, {sys.platform}",
+                 "commit": _git_commit(), "hash_seed": hash_seed, "machine": f"{os.cpu_count()} CPUs, {sys.platform}",
                  "robot": "quadruped", "control_rate_hz": 1000, "task": todo[0].task if todo else None},
         "paper": PAPER,
         "metric_definitions": METRIC_DEFINITIONS,
@@ -580,6 +583,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="output directory (default: results/experiments/<name>)")
     p.add_argument("--only", default="", help="comma-separated fnmatch patterns on cell ids, "
                                               "e.g. 'planar/rigid_mu0.1/*,heightmap/seed0/pid'")
+    p.add_argument("--hash-seed", type=int, default=0,
+                   help="PYTHONHASHSEED of the workers (default 0): runs are reproducible for one value; "
+                        "others replay them with other round-off (seed000)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -589,5 +595,5 @@ def main(args: argparse.Namespace) -> int:
               + ", ".join(c.id for c in cells(args.quick)), file=sys.stderr)
         return 2
     report = run(quick=args.quick, workers=args.workers, out=args.out or DEFAULT_OUT, only=only,
-                 log=lambda m: print(m, flush=True))
+                 hash_seed=args.hash_seed, log=lambda m: print(m, flush=True))
     return 1 if any("error" in c for c in report["cells"]) else 0
