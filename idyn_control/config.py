@@ -30,7 +30,7 @@ from . import formulations, robots
 from .controller import SAFE_OUTPUTS, ControllerConfig
 from .gait import GaitConfig
 from .errors import ConfigError, IdynError
-from .model import RobotModel
+from .model import ContactSurface, RobotModel
 
 NODE_NAME = "idyn_controller"
 
@@ -125,6 +125,13 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("contacts.frames", [], STRING_ARRAY,
               "contact frames, in the order of ~/contact_states; empty = the robot's feet "
               "(robot set) or none", read_only=True),
+    ParamSpec("contacts.surfaces.links", [], STRING_ARRAY,
+              "flat feet (soles): links (or frames) whose contact is the polygon contacts.surfaces.corners; "
+              "each corner becomes a contact point <link>_corner_<i>, after contacts.frames in the "
+              "order of ~/contact_states", read_only=True),
+    ParamSpec("contacts.surfaces.corners", [], DOUBLE_ARRAY,
+              "the soles' polygon: x0, y0, z0, x1, y1, z1, ... [m] in each link's frame (the same for "
+              "every link of contacts.surfaces.links)", (-10.0, 10.0), read_only=True),
     ParamSpec("contacts.friction", 0.7, DOUBLE, "Coulomb friction coefficient μ of every contact",
               (1e-3, 10.0), read_only=True),
     ParamSpec("contacts.normal", [0.0, 0.0, 1.0], DOUBLE_ARRAY,
@@ -552,6 +559,7 @@ def build_model(settings: Settings) -> RobotModel:
     """The :class:`RobotModel` the parameters describe (raises IdynError subclasses)."""
     robot = settings["robot"]
     frames = tuple(settings["contacts.frames"])
+    surfaces = ContactSurface.from_flat(settings["contacts.surfaces.links"], settings["contacts.surfaces.corners"])
     urdf: str | Path
     package_dirs = [Path(d) for d in settings["package_dirs"]]
     effort = settings["effort_limit"] or None
@@ -569,7 +577,8 @@ def build_model(settings: Settings) -> RobotModel:
         urdf = spec.urdf_path()
         if not Path(urdf).is_file():
             raise ConfigError("robot", robot, f"URDF not found at {urdf}")
-        frames = frames or spec.contact_frames
+        if not frames and not surfaces:
+            frames, surfaces = spec.contact_frames, spec.surfaces
         effort = effort or spec.effort_limit
     elif robot:
         raise ConfigError("robot", robot, f"is not a shipped robot ({', '.join(robots.names())}): set urdf_path "
@@ -585,7 +594,7 @@ def build_model(settings: Settings) -> RobotModel:
     return RobotModel.from_urdf(
         urdf, floating_base=floating, contact_frames=frames, package_dirs=package_dirs,
         friction=settings["contacts.friction"], effort_limits=effort,
-        contact_normal=settings["contacts.normal"])
+        contact_normal=settings["contacts.normal"], contact_surfaces=surfaces)
 
 
 def joint_orders(settings: Settings, model: RobotModel) -> tuple[tuple[str, ...], tuple[str, ...]]:

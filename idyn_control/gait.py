@@ -217,6 +217,8 @@ class Gait:
         self.base_yaw_ref = 0.0
         self.base_velocity_ref = np.zeros(3)
         self.base_angular_ref = np.zeros(3)
+        self.body_offset = np.zeros(3)           # [m] heading frame: stand-mode shift of the base target
+        self.body_offset_velocity = np.zeros(3)  # [m/s] its rate (feed-forward)
         self._stand_from = self.standing_height
         self._t_reset = 0.0
         self.planned_stance = np.ones(k, dtype=bool)
@@ -246,6 +248,17 @@ class Gait:
         if not np.isfinite(cmd).all():
             raise ConfigError("velocity", cmd.tolist(), "must be finite")
         self.velocity_command[:] = cmd
+
+    def set_body_offset(self, offset, velocity=(0.0, 0.0, 0.0)) -> None:
+        """Shift where the standing robot holds its base [m], heading frame (x forward, y
+        left, z up), and that shift's rate [m/s]: a weight shift over one foot, a squat.
+        Applies while standing (the horizontal part still at ``stand_shift_speed`` at most,
+        from the CoM-over-the-feet target); 0 while trotting."""
+        offset, velocity = np.asarray(offset, dtype=float), np.asarray(velocity, dtype=float)
+        if offset.shape != (3,) or velocity.shape != (3,) or not (np.isfinite(offset).all() and np.isfinite(velocity).all()):
+            raise ConfigError("body_offset", (offset.tolist(), velocity.tolist()), "must be two finite 3-vectors")
+        self.body_offset[:] = offset
+        self.body_offset_velocity[:] = velocity
 
     def set_terrain(self, height_at) -> None:
         """Known ground shape: ``height_at(x, y)`` [m] above the flat level the robot
@@ -369,10 +382,13 @@ class Gait:
         self.base_angular_ref[:] = (0.0, 0.0, wz)
         self.base_position_ref[:2] += self.base_velocity_ref[:2] * dt
         if self.mode == "stand":
-            # standing: bring the CoM over the centre of the feet (slowly, c.stand_shift_speed)
-            target = self._stance_position[:, :2].mean(axis=0) - (Rz @ self.com_offset)[:2]
+            # standing: bring the CoM over the centre of the feet (slowly, c.stand_shift_speed),
+            # plus the commanded body offset (weight shift)
+            target = self._stance_position[:, :2].mean(axis=0) - (Rz @ (self.com_offset - self.body_offset))[:2]
             shift = np.clip(target - self.base_position_ref[:2], -c.stand_shift_speed * dt, c.stand_shift_speed * dt)
             self.base_position_ref[:2] += shift
+            self.base_velocity_ref[:2] += np.clip((Rz @ self.body_offset_velocity)[:2], -c.stand_shift_speed,
+                                                  c.stand_shift_speed)
         lead = self.base_position_ref[:2] - q[:2]
         dist = float(np.hypot(*lead))
         if dist > c.max_position_error:  # no wind-up: stay within reach of the robot
@@ -384,6 +400,9 @@ class Gait:
         self.base_position_ref[2] = self._stand_from + (self.standing_height - self._stand_from) * h
         self.base_velocity_ref[2] = 0.0 if T <= 0.0 or s >= 1.0 else (
             (self.standing_height - self._stand_from) * dh / T)
+        if self.mode == "stand":  # a squat
+            self.base_position_ref[2] += self.body_offset[2]
+            self.base_velocity_ref[2] += self.body_offset_velocity[2]
 
     def _update_schedule(self, t: float, mask: np.ndarray, feet) -> None:
         c = self.config

@@ -70,6 +70,52 @@ class ContactConfig:
 
 
 @dataclass(frozen=True)
+class ContactSurface:
+    """A flat foot (a humanoid's sole) as contact points at the corners of its polygon.
+
+    Each corner is a frame added to the model on ``link`` (a link or any frame of the
+    URDF) at ``corners[i]`` [m, in that frame], named ``<link>_corner_<i>``. The corner
+    points are ordinary contact points: unilateral, each in its friction pyramid, so the
+    centre of pressure of the foot stays inside the polygon (seed 000 §7.1 models feet as
+    contact points too). Points on one rigid body are held together: ``wbc_qp`` constrains
+    the body's spatial acceleration once instead of each point's (see ContactSet.groups).
+    """
+
+    link: str
+    corners: tuple[tuple[float, float, float], ...]
+
+    def point_names(self) -> tuple[str, ...]:
+        return tuple(f"{self.link}_corner_{i}" for i in range(len(self.corners)))
+
+    def add_frames(self, pin_model: pin.Model) -> list[str]:
+        """Add the corner frames to ``pin_model`` (once); their names."""
+        if not pin_model.existFrame(self.link):
+            raise UnknownNameError("contact surface link", self.link, [f.name for f in pin_model.frames])
+        corners = np.asarray(self.corners, dtype=float)
+        if corners.ndim != 2 or corners.shape[1] != 3 or len(corners) < 1 or not np.isfinite(corners).all():
+            raise ConfigError("contacts.surfaces.corners", self.corners, "must be finite (x, y, z) triples [m]")
+        parent_id = pin_model.getFrameId(self.link)
+        parent = pin_model.frames[parent_id]
+        names = []
+        for name, corner in zip(self.point_names(), corners):
+            if not pin_model.existFrame(name):
+                placement = parent.placement * pin.SE3(np.eye(3), corner)
+                pin_model.addFrame(pin.Frame(name, parent.parentJoint, parent_id, placement, pin.FrameType.OP_FRAME))
+            names.append(name)
+        return names
+
+    @staticmethod
+    def from_flat(links: Sequence[str], corners_flat: Sequence[float]) -> tuple["ContactSurface", ...]:
+        """Surfaces of the same polygon on each link, from ROS parameters: ``corners_flat``
+        is x0, y0, z0, x1, y1, z1, ... [m] in the link frame (``contacts.surfaces.*``)."""
+        flat = np.asarray(corners_flat, dtype=float)
+        if links and (flat.size == 0 or flat.size % 3):
+            raise ConfigError("contacts.surfaces.corners", list(corners_flat), "needs 3 numbers (x, y, z) per corner")
+        corners = tuple(tuple(map(float, c)) for c in flat.reshape(-1, 3))
+        return tuple(ContactSurface(str(link), corners) for link in links)
+
+
+@dataclass(frozen=True)
 class FreeBox:
     """An unactuated rigid box inside the model (seed 000 §7.2.2: the grasped box).
 
@@ -191,6 +237,7 @@ class RobotModel:
         friction: float = 0.7,
         effort_limits: float | Mapping[str, float] | None = None,
         contact_normal: Sequence[float] = (0.0, 0.0, 1.0),
+        contact_surfaces: Sequence[ContactSurface] = (),
     ) -> "RobotModel":
         """Build a model from a URDF path or XML string.
 
@@ -205,6 +252,9 @@ class RobotModel:
             effort_limits: override of the URDF effort limits [N·m]: one value for all
                 joints or a mapping joint name → limit.
             contact_normal: world-frame surface normal at every contact (flat ground).
+            contact_surfaces: flat feet (soles) touching the ground at the corners of a
+                polygon: each corner becomes a contact point (a frame added to the model,
+                :meth:`ContactSurface.point_names`), after ``contact_frames``.
         """
         xml, path = _read_urdf(urdf)
         search = [Path(d) for d in package_dirs]
@@ -212,7 +262,7 @@ class RobotModel:
             search += list(path.resolve().parents)[:4]
         xml = resolve_package_uris(xml, search)
         if floating_base is None:
-            floating_base = len(contact_frames) > 0
+            floating_base = len(contact_frames) > 0 or len(contact_surfaces) > 0
         if not np.isfinite(friction) or friction <= 0.0:
             raise ConfigError("friction", friction, "must be a finite value > 0")
         normal = np.asarray(contact_normal, dtype=float)
@@ -226,7 +276,10 @@ class RobotModel:
                 pin_model = pin.buildModelFromXML(xml)
         except (RuntimeError, ValueError) as exc:
             raise ModelError(f"cannot build a model from the URDF: {exc}") from exc
-        contacts = [ContactConfig(frame, normal.copy(), float(friction)) for frame in contact_frames]
+        frames = list(contact_frames)
+        for surface in contact_surfaces:
+            frames += surface.add_frames(pin_model)
+        contacts = [ContactConfig(frame, normal.copy(), float(friction)) for frame in frames]
         return cls(pin_model, urdf_xml=xml, contacts=contacts, effort_limits=effort_limits,
                    package_dirs=[str(d) for d in search])
 

@@ -42,7 +42,7 @@ import numpy as np
 import pinocchio as pin
 
 from .errors import ConfigError, IdynError, ModelError, UnknownNameError
-from .model import ContactConfig, FreeBox, RobotModel
+from .model import ContactConfig, ContactSurface, FreeBox, RobotModel
 
 PACKAGE = "idyn_control"
 
@@ -117,7 +117,9 @@ class RobotSpec:
         name: the file's ``robot`` parameter (or the file's stem).
         urdf: ``urdf_path`` (a ``package://`` URI or an absolute path: a relative one is
             made absolute against the file's directory) or the ``robot_description`` XML.
-        contact_frames: ``contacts.frames``; empty = a fixed-base robot.
+        contact_frames: ``contacts.frames``; empty (and no surfaces) = a fixed-base robot.
+        surfaces: ``contacts.surfaces.*``: flat feet whose polygon corners are contact
+            points, after ``contact_frames`` (:class:`~idyn_control.model.ContactSurface`).
         effort_limit: ``effort_limit`` [N·m], overriding URDF limits that are placeholders.
         friction: ``contacts.friction``.
         standing_joints: ``standing_pose.joints`` → ``standing_pose.positions`` [rad]; the
@@ -135,6 +137,7 @@ class RobotSpec:
     name: str
     urdf: str
     contact_frames: tuple[str, ...] = ()
+    surfaces: tuple[ContactSurface, ...] = ()
     effort_limit: float | None = None
     friction: float = 0.7
     standing_joints: dict[str, float] = field(default_factory=dict)
@@ -302,6 +305,8 @@ def spec_from_params(params: Mapping[str, Any], origin: Path | None = None) -> R
         name=name,
         urdf=urdf,
         contact_frames=tuple(get("contacts.frames", "contact_frames") or ()),
+        surfaces=(ContactSurface.from_flat(params["contacts.surfaces.links"], params.get("contacts.surfaces.corners", ()))
+                  if "contacts.surfaces.links" in params else (base.surfaces if base else ())),
         effort_limit=float(effort) if effort else None,
         friction=float(get("contacts.friction", "friction") or 0.7),
         standing_joints=standing,
@@ -355,8 +360,9 @@ def load(ref: str | os.PathLike | RobotSpec, *, friction: float | None = None, c
         return _load_with_hand(s, s.friction if friction is None else friction)
     return RobotModel.from_urdf(
         s.urdf_path(),
-        floating_base=bool(s.contact_frames),
+        floating_base=bool(s.contact_frames or s.surfaces),
         contact_frames=s.contact_frames if contact_frames is None else contact_frames,
+        contact_surfaces=s.surfaces if contact_frames is None else (),
         package_dirs=s.search_dirs(),
         friction=s.friction if friction is None else friction,
         effort_limits=s.effort_limit,

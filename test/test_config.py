@@ -15,7 +15,7 @@ from idyn_control.controller import Controller
 ROOT = Path(__file__).resolve().parents[1]
 NODE_YAMLS = sorted(p for p in (ROOT / "config").glob("*.yaml")
                     if config.NODE_NAME in (yaml.safe_load(p.read_text()) or {}))
-ROBOT_YAMLS = ("quadruped", "solo12", "panda", "anymal_c", "go2", "ur5", "panda_grasp")
+ROBOT_YAMLS = ("quadruped", "solo12", "panda", "anymal_c", "go2", "ur5", "panda_grasp", "g1")
 #: robot files the node refuses (a hand holding a free box: lock-step experiments only)
 EXPERIMENT_ONLY = ("panda_grasp",)
 
@@ -63,8 +63,8 @@ def test_robot_yaml_builds_a_controller_whose_command_joints_are_model_joints(pa
     ctrl = Controller(model, config.controller_config(settings, model))
     assert ctrl.config.dt == pytest.approx(1.0 / settings["update_rate"])
     assert set(command) <= set(model.joint_names) and sorted(joints) == sorted(model.joint_names)
-    if model.floating_base:  # legged: every contact frame exists and all joints are commanded
-        assert len(model.contacts) == 4 and sorted(command) == sorted(model.joint_names)
+    if model.floating_base:  # legged: four feet, or two soles of four corners; all joints commanded
+        assert len(model.contacts) in (4, 8) and sorted(command) == sorted(model.joint_names)
 
 
 def test_quadruped_yaml_matches_the_ros2_control_effort_controller():

@@ -28,7 +28,7 @@ def test_shipped_robot_file_gives_a_model_and_a_pose_inside_its_limits(name):
     lo, hi = model.pin_model.lowerPositionLimit, model.pin_model.upperPositionLimit
     joints = model.joint_q_index
     assert np.all(q[joints] >= lo[joints] - 1e-9) and np.all(q[joints] <= hi[joints] + 1e-9)
-    if spec.contact_frames and spec.hand is None:  # legged: every foot on the ground, base above
+    if (spec.contact_frames or spec.surfaces) and spec.hand is None:  # legged: every foot on the ground, base above
         data = model.pin_model.createData()
         pin.framesForwardKinematics(model.pin_model, data, q)
         feet = np.array([data.oMf[i].translation[2] for i in model.contact_frame_ids])

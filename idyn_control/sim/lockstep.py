@@ -99,8 +99,10 @@ class Scenario:
         arm_amplitude: sinusoid amplitude of every arm joint [rad]; arm_frequency [Hz]
             (seed 000 §7.2.2: the arm oscillates about three times per second).
         stop_on_fall: end the run at the first fall.
-        task: "trot" (constant ``velocity``) or "waypoints" (seed 000 §7.6, Fig. 17: a
-            :class:`~idyn_control.sim.tasks.WaypointPolicy` commands the gait every tick).
+        task: "trot" (constant ``velocity``), "waypoints" (seed 000 §7.6, Fig. 17: a
+            :class:`~idyn_control.sim.tasks.WaypointPolicy` commands the gait every tick) or
+            "balance" (standing, ``gait=False``: weight shifts and squats,
+            :class:`~idyn_control.sim.tasks.BalanceTask`).
         terrain: "plane" (``friction``, ``compliant``) or "heightmap" (seed 000 §7.5: rigid
             bumps ≤ 3 cm, per-patch μ ~ U(0.1, 1.5), drawn from ``terrain_seed``); the
             controller is told the local normal and μ under each foot in contact.
@@ -143,6 +145,8 @@ class Scenario:
             raise ConfigError("velocity", self.velocity, "must be 3 finite values (vx, vy, yaw rate)")
         if self.task not in TASKS:
             raise ConfigError("task", self.task, f"must be one of {TASKS}")
+        if self.task == "balance" and self.gait:
+            raise ConfigError("task", self.task, "balance is standing: set gait=False")
         if self.terrain not in TERRAINS:
             raise ConfigError("terrain", self.terrain, f"must be one of {TERRAINS}")
         self.faults = Faults.from_dict(self.faults)
@@ -349,7 +353,7 @@ class LockstepRunner:
             gait.stop()
             trotting = False
         if task is not None:
-            gait.set_velocity(*task.command(t, q, active=trotting))
+            task.drive(t, q, gait, active=trotting)
         gait.update(t, q, v, mask)
         if self.terrain is not None:
             self._feed_surfaces(mask)

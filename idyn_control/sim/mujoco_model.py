@@ -578,9 +578,25 @@ def _copy_pinocchio_inertias(robot: RobotModel, spec: mujoco.MjSpec, joint_bodie
 
 
 def _foot_radius(robot: RobotModel, urdf_root: ET.Element, frame: str) -> float:
-    """Radius of a contact sphere: the URDF's sphere on that link, else its mesh depth."""
-    pin_frame = robot.pin_model.frames[robot.pin_model.getFrameId(frame)]
+    """Radius of a contact sphere: the URDF's sphere on that link, else its mesh depth.
+
+    A point added on a link (a sole's corner, ContactSurface) takes the radius of the link's
+    collision sphere centred there, if any."""
+    pm = robot.pin_model
+    pin_frame = pm.frames[pm.getFrameId(frame)]
     link = urdf_root.find(f"link[@name='{pin_frame.name}']")
+    if link is None and pin_frame.type == pin.FrameType.OP_FRAME:
+        parent = pm.frames[pin_frame.parentFrame]
+        link = urdf_root.find(f"link[@name='{parent.name}']")
+        if link is None:
+            return _DEFAULT_FOOT_RADIUS
+        at = (parent.placement.inverse() * pin_frame.placement).translation  # the point in the link frame
+        for coll in link.findall("collision"):
+            sphere, origin = coll.find("geometry/sphere"), coll.find("origin")
+            xyz = np.array([float(x) for x in (origin.get("xyz", "0 0 0") if origin is not None else "0 0 0").split()])
+            if sphere is not None and sphere.get("radius") and np.linalg.norm(xyz - at) < 1e-6:
+                return float(sphere.get("radius"))
+        return _DEFAULT_FOOT_RADIUS
     if link is None:
         return _DEFAULT_FOOT_RADIUS
     for coll in link.findall("collision"):

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import ConfigError, UnknownNameError
 
-TASKS = ("trot", "waypoints")
+TASKS = ("trot", "waypoints", "balance")
 
 #: seed 000 Fig. 17, visited in this order and then again from the first [m]
 SEED000_WAYPOINTS: tuple[tuple[float, float], ...] = ((0.0, 0.0), (0.25, 0.0), (0.0, 0.25), (0.0, -0.25),
@@ -138,6 +138,10 @@ class WaypointPolicy:
         self._log(self.mode, vx)
         return vx, 0.0, yaw_rate
 
+    def drive(self, t: float, q: np.ndarray, gait, active: bool = True) -> None:
+        """Command ``gait`` for this tick (:meth:`command` → ``Gait.set_velocity``)."""
+        gait.set_velocity(*self.command(t, q, active))
+
     def _log(self, mode: int, vx: float) -> None:
         if self._n < self.mode_log.size:
             self.mode_log[self._n] = mode
@@ -176,10 +180,101 @@ class WaypointPolicy:
         return out
 
 
-def make_task(name: str, ticks: int = 0) -> WaypointPolicy | None:
-    """``"trot"`` → None (the scenario's constant velocity); ``"waypoints"`` → a policy."""
+@dataclass(frozen=True)
+class BalanceConfig:
+    """Standing balance: stand, shift the weight from foot to foot, squat (a humanoid's
+    first tasks; any legged robot standing).
+
+    Attributes:
+        stand_s: standing still first [s].
+        shift_cycles: left-right weight shifts (sinusoids of ``shift_period_s`` [s]) of the
+            base by ``shift_fraction`` of the half distance between the left and right feet
+            (1 would put the body over one foot).
+        squat_cycles: squats (sinusoids of ``squat_period_s``) down by ``squat_depth_m`` [m].
+    """
+
+    stand_s: float = 1.0
+    shift_cycles: int = 1
+    shift_period_s: float = 4.0
+    shift_fraction: float = 0.4
+    squat_cycles: int = 1
+    squat_period_s: float = 3.0
+    squat_depth_m: float = 0.06
+
+    def validate(self) -> None:
+        for key in ("stand_s", "shift_period_s", "squat_period_s", "squat_depth_m"):
+            if not (np.isfinite(getattr(self, key)) and getattr(self, key) >= 0.0):
+                raise ConfigError(key, getattr(self, key), "must be finite and ≥ 0")
+        if not 0.0 <= self.shift_fraction < 1.0:
+            raise ConfigError("shift_fraction", self.shift_fraction, "must be in [0, 1)")
+        if self.shift_cycles < 0 or self.squat_cycles < 0:
+            raise ConfigError("cycles", (self.shift_cycles, self.squat_cycles), "must be ≥ 0")
+
+    @property
+    def duration_s(self) -> float:
+        return self.stand_s + self.shift_cycles * self.shift_period_s + self.squat_cycles * self.squat_period_s
+
+
+class BalanceTask:
+    """Body offsets of a standing robot over time (:meth:`Gait.set_body_offset`): stand,
+    weight shifts, squats (:class:`BalanceConfig`). Smooth: each cycle is 1 − cos for the
+    squat and a sine for the shift, so offsets and their rates start and end at zero.
+
+    Attributes:
+        phase_log: per call, 0 stand, 1 shift, 2 squat (when ``ticks`` was given).
+    """
+
+    def __init__(self, config: BalanceConfig | None = None, ticks: int = 0):
+        self.config = config or BalanceConfig()
+        self.config.validate()
+        self.phase_log = np.zeros(ticks, dtype=np.int8)
+        self._n = 0
+        self._half_width: float | None = None
+
+    def offset(self, t: float, half_width: float) -> tuple[np.ndarray, np.ndarray, int]:
+        """(offset [m], its rate [m/s], phase) at time ``t`` [s], heading frame."""
+        c = self.config
+        off, vel = np.zeros(3), np.zeros(3)
+        t_shift = t - c.stand_s
+        t_squat = t_shift - c.shift_cycles * c.shift_period_s
+        if t_shift < 0.0:
+            return off, vel, 0
+        if t_squat < 0.0:
+            w = 2.0 * math.pi / c.shift_period_s
+            a = c.shift_fraction * half_width
+            off[1], vel[1] = a * math.sin(w * t_shift), a * w * math.cos(w * t_shift)
+            return off, vel, 1
+        if t_squat < c.squat_cycles * c.squat_period_s:
+            w = 2.0 * math.pi / c.squat_period_s
+            d = 0.5 * c.squat_depth_m
+            off[2], vel[2] = -d * (1.0 - math.cos(w * t_squat)), -d * w * math.sin(w * t_squat)
+            return off, vel, 2
+        return off, vel, 0
+
+    def drive(self, t: float, q: np.ndarray, gait, active: bool = True) -> None:
+        """Command ``gait`` for this tick (``Gait.set_body_offset``)."""
+        if self._half_width is None:  # left and right feet: y of the nominal footholds
+            y = gait.foot_offsets[:, 1]
+            self._half_width = 0.5 * float(y[y > 0].mean() - y[y < 0].mean()) if (y > 0).any() and (y < 0).any() else 0.0
+        off, vel, phase = self.offset(t, self._half_width)
+        gait.set_body_offset(off, vel)
+        if self._n < self.phase_log.size:
+            self.phase_log[self._n] = phase
+        self._n += 1
+
+    def metrics(self, t: np.ndarray, q: np.ndarray, period_s: float) -> dict:
+        n = min(len(t), self._n, self.phase_log.size)
+        return {"balance_phase_s": {name: float((self.phase_log[:n] == k).sum() * (t[1] - t[0])) if n > 1 else 0.0
+                                    for k, name in enumerate(("stand", "shift", "squat"))}}
+
+
+def make_task(name: str, ticks: int = 0) -> WaypointPolicy | BalanceTask | None:
+    """``"trot"`` → None (the scenario's constant velocity); ``"waypoints"`` → a policy;
+    ``"balance"`` → a :class:`BalanceTask` (the robot stands: Scenario ``gait=False``)."""
     if name == "trot":
         return None
     if name == "waypoints":
         return WaypointPolicy(ticks=ticks)
+    if name == "balance":
+        return BalanceTask(ticks=ticks)
     raise UnknownNameError("task", name, TASKS)

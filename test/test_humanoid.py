@@ -1,0 +1,105 @@
+"""Flat feet: contact surfaces (sole polygons as corner points) and a humanoid standing.
+
+Unitree G1 from example-robot-data (config/g1.yaml): each sole touches the ground at the
+four corners of its polygon, the URDF's collision spheres. The model's corner frames must
+sit where the simulator's spheres are; in closed loop (lock-step MuJoCo) the robot stands
+on both soles with every corner loaded, the predicted forces match the measured ones and
+satisfy the dynamics, and it shifts its weight and squats without falling.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pinocchio as pin
+import pytest
+
+from idyn_control import formulations, robots
+from idyn_control.errors import ConfigError, UnknownNameError
+from idyn_control.model import ContactSurface
+from idyn_control.sim.lockstep import LockstepRunner, Scenario, run_scenario
+from idyn_control.sim.mujoco_model import build_mujoco
+
+#: the corners of G1's sole in the ankle-roll link frame (its URDF collision spheres) [m]
+G1_CORNERS = ((-0.05, 0.025, -0.03), (-0.05, -0.025, -0.03), (0.12, 0.03, -0.03), (0.12, -0.03, -0.03))
+
+
+@pytest.fixture(scope="module")
+def g1():
+    return robots.load("g1")
+
+
+def test_surface_corners_are_frames_on_the_link_where_the_simulator_puts_its_spheres(g1):
+    assert len(g1.contacts) == 8 and g1.floating_base
+    pm = g1.pin_model
+    q = robots.standing_configuration(g1, "g1", foot_height=0.005)
+    data = pm.createData()
+    pin.framesForwardKinematics(pm, data, q)
+    for side in ("left", "right"):
+        link = data.oMf[pm.getFrameId(f"{side}_ankle_roll_link")]
+        for i, corner in enumerate(G1_CORNERS):
+            frame = data.oMf[pm.getFrameId(f"{side}_ankle_roll_link_corner_{i}")]
+            np.testing.assert_allclose(frame.translation, link.act(np.array(corner)), atol=1e-12)
+    sim = build_mujoco(g1, friction=0.8)
+    assert [c.radius for c in sim.contacts] == [0.005] * 8  # the URDF's spheres at those corners
+    sim.set_state(q, np.zeros(g1.nv))
+    sites = np.array([sim.data.site_xpos[c.site_id] for c in sim.contacts])
+    np.testing.assert_allclose(sites, [data.oMf[f].translation for f in g1.contact_frame_ids], atol=1e-9)
+    np.testing.assert_allclose(sites[:, 2], 0.005, atol=1e-9)  # standing: every sphere touches
+
+
+def test_surface_configuration_errors_name_the_value():
+    with pytest.raises(ConfigError, match="3 numbers"):
+        ContactSurface.from_flat(["left_ankle_roll_link"], [0.1, 0.2])
+    with pytest.raises(UnknownNameError, match="no_such_link"):
+        ContactSurface("no_such_link", G1_CORNERS).add_frames(pin.Model())
+
+
+@pytest.mark.parametrize("name", ["qp_coulomb", "lcp_coulomb", "contact_lstsq"])
+def test_standing_sole_forces_satisfy_the_dynamics_inside_the_pyramids(g1, name):
+    q = robots.standing_configuration(g1, "g1")
+    f = formulations.make(name, g1, dt=1e-3)
+    r = f.solve(q, np.zeros(g1.nv), np.zeros(g1.nv), g1.contact_frames)
+    assert r.ok
+    weight = 9.81 * pin.computeTotalMass(g1.pin_model)
+    assert r.forces[:, 2].sum() == pytest.approx(weight, rel=1e-6)
+    data = g1.pin_model.createData()
+    M = pin.crba(g1.pin_model, data, q)
+    h = pin.rnea(g1.pin_model, data, q, np.zeros(g1.nv), np.zeros(g1.nv))
+    pin.computeJointJacobians(g1.pin_model, data, q)
+    pin.updateFramePlacements(g1.pin_model, data)
+    Jt_f = sum(pin.getFrameJacobian(g1.pin_model, data, fid, pin.ReferenceFrame.LOCAL_WORLD_ALIGNED)[:3].T @ fr
+               for fid, fr in zip(g1.contact_frame_ids, r.forces))
+    rhs = np.concatenate((np.zeros(6), r.tau)) + Jt_f
+    assert np.linalg.norm(M @ r.qdd + h - rhs) <= 1e-6 * np.linalg.norm(h)
+    if f.respects_friction:
+        assert np.all(r.forces[:, 2] >= -1e-9)
+        assert np.all(np.abs(r.forces[:, :2]).sum(axis=1) <= 0.8 * r.forces[:, 2] + 1e-6)
+
+
+def test_g1_stands_on_both_soles_with_every_corner_loaded():
+    run = run_scenario(Scenario(robot="g1", formulation="qp_coulomb", gait=False, duration=2.0, friction=0.8))
+    m, tr = run.metrics, run.trace
+    assert not m["fell"] and tr.fallback.sum() == 0
+    settled = tr.t >= 0.1
+    fz = tr.f_meas[settled, :, 2]
+    for sole in (fz[:, :4], fz[:, 4:]):  # each corner carries ≥ 10 % of its sole's load: the CoP is inside
+        assert np.all(sole.min(axis=1) >= 0.1 * sole.mean(axis=1))
+    assert m["force_error_sum_rel"] < 0.01
+    assert np.ptp(tr.q[settled, 2]) < 0.005  # the pelvis holds its height
+
+
+def test_g1_shifts_its_weight_and_squats_without_falling():
+    runner = LockstepRunner(Scenario(robot="g1", formulation="qp_coulomb", gait=False, duration=8.0,
+                                     friction=0.8, task="balance"))
+    run = runner.run()
+    m, tr = run.metrics, run.trace
+    assert not m["fell"] and tr.fallback.sum() == 0
+    assert m["balance_phase_s"]["shift"] == pytest.approx(4.0, abs=0.01)
+    y0 = tr.q[int(0.9 / 1e-3), 1]
+    assert tr.q[:, 1].max() - y0 > 0.03 and y0 - tr.q[:, 1].min() > 0.03  # over each foot in turn
+    z0 = tr.q[int(0.9 / 1e-3), 2]
+    assert z0 - tr.q[:, 2].min() > 0.05  # squats 6 cm
+    fz = tr.f_meas[tr.t >= 0.1, :, 2]
+    assert fz[:, :4].sum(axis=1).min() > 0.1 * fz.sum(axis=1).mean()  # both soles keep weight
+    assert fz[:, 4:].sum(axis=1).min() > 0.1 * fz.sum(axis=1).mean()
+    assert m["force_error_sum_rel"] < 0.02
