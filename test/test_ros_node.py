@@ -995,7 +995,7 @@ def test_middleware_priority_and_loop_cpu_act_on_the_middleware_threads_only():
         rclpy.shutdown(context=context)
 
 
-def test_measured_wrenches_reach_the_sensed_formulation_and_bad_ones_are_counted():
+def test_measured_wrenches_reach_the_sensed_formulation_and_bad_ones_are_counted(capfd):
     """sensed (ID(t_{i−1})): one WrenchStamped subscription per contact on
     contacts.measured_wrench_topic; over DDS, measured forces stop the fallback ticks and are
     what the formulation uses; NaN and wrong-frame messages are dropped and counted; stale
@@ -1049,6 +1049,9 @@ def test_measured_wrenches_reach_the_sensed_formulation_and_bad_ones_are_counted
         counts = node._source_counts
         feed(0.5)  # no measurement yet: every solve fails → safe output
         assert counts["formulation"] == 0 and node._status_counts["failed"] > 0
+        # ... counted, and said once (throttled) with the robot, formulation and status
+        log = capfd.readouterr().err
+        assert log.count("quadruped: sensed did not solve (status failed") == 1, log
         before = counts["formulation"]
         feed(0.5, {f: wrench(f, forces[f]) for f in m.contact_frames})
         assert counts["formulation"] > before + 10, counts

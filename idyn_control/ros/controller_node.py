@@ -963,6 +963,11 @@ class ControllerNode(LifecycleNode):
         self._last_source = cmd.source
         self._last_result = result if cmd.source == "formulation" else None
         self._last_fast = False
+        if cmd.source != "formulation":  # a solver failure is never silent (DESIGN.md §7)
+            status = result.status if result is not None else "exception"
+            self._log_throttled("solve_failed", f"{self.model.pin_model.name}: {ctrl.config.formulation} did not "
+                                f"solve (status {status}, {self._status_counts[status]} so far): "
+                                f"{cmd.source} output instead")
         self._tau[:] = cmd.tau
 
     def _safe_command(self, v: np.ndarray) -> None:
