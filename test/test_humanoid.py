@@ -100,6 +100,49 @@ def test_g1_shifts_its_weight_and_squats_without_falling():
     z0 = tr.q[int(0.9 / 1e-3), 2]
     assert z0 - tr.q[:, 2].min() > 0.05  # squats 6 cm
     fz = tr.f_meas[tr.t >= 0.1, :, 2]
-    assert fz[:, :4].sum(axis=1).min() > 0.1 * fz.sum(axis=1).mean()  # both soles keep weight
-    assert fz[:, 4:].sum(axis=1).min() > 0.1 * fz.sum(axis=1).mean()
+    for sole in (fz[:, :4], fz[:, 4:]):  # both soles keep weight, every corner down: CoP inside
+        assert sole.sum(axis=1).min() > 0.1 * fz.sum(axis=1).mean()
+        assert np.all(sole.min(axis=1) >= 0.01 * sole.sum(axis=1))
     assert m["force_error_sum_rel"] < 0.02
+    assert runner.controller.formulation.options["cop_margin"] == 0.2  # g1.yaml's default
+
+
+def _shifted_standing_state(g1):
+    """G1 standing with its pelvis 4 cm toward the left foot, the soles where they were
+    (both down; joints from the gait's inverse kinematics)."""
+    from idyn_control.controller import Controller, ControllerConfig
+    from idyn_control.gait import Gait
+
+    q = robots.standing_configuration(g1, "g1")
+    gait = Gait(Controller(g1, ControllerConfig(formulation="rnea")), q)
+    gait.reset(0.0, q, np.zeros(g1.nv))
+    gait.base_position_ref[1] += 0.04
+    gait.config.ik_iterations = 20
+    gait._solve_ik()
+    q[1] += 0.04
+    q[g1.joint_q_index] = gait.q_joint_ref
+    return q
+
+
+@pytest.mark.parametrize("margin", [0.0, 0.2, 0.5])
+def test_cop_margin_keeps_every_corner_of_a_sole_loaded(g1, margin):
+    q = _shifted_standing_state(g1)
+    f = formulations.make("qp_coulomb", g1, dt=1e-3, cop_margin=margin, backend="python")
+    r = f.solve(q, np.zeros(g1.nv), np.zeros(g1.nv), g1.contact_frames)
+    assert r.ok and f.stage2_failures == 0
+    weight = 9.81 * pin.computeTotalMass(g1.pin_model)
+    assert r.forces[:, 2].sum() == pytest.approx(weight, rel=1e-6)  # the margin changes no base wrench
+    for sole in (r.forces[:4, 2], r.forces[4:, 2]):
+        if margin:
+            assert sole.min() >= margin * sole.mean() - 1e-6 * weight
+    if not margin:  # minimum torques alone leave corners unloaded here
+        assert r.forces[:, 2].min() < 0.01 * weight
+
+
+def test_cop_margin_runs_in_python_only():
+    g1 = robots.load("g1")
+    assert formulations.make("qp_coulomb", g1, dt=1e-3, cop_margin=0.2).backend == "python"
+    with pytest.raises(ConfigError, match="cop_margin"):
+        formulations.make("qp_coulomb", g1, dt=1e-3, cop_margin=0.2, backend="native")
+    with pytest.raises(ConfigError, match="cop_margin"):
+        formulations.make("qp_coulomb", g1, dt=1e-3, cop_margin=1.0)

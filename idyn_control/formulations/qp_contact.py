@@ -98,6 +98,10 @@ class _QpContact(Formulation):
         # Stage II keeps its forces this fraction inside the friction pyramid when it can
         # (minimum torques otherwise sit on the pyramid's faces, where feet creep)
         "friction_margin": 0.2,
+        # Stage II keeps each contact point of a flat foot (points on one rigid body, e.g.
+        # the corners of a sole) at ≥ this fraction of the body's mean point load when it
+        # can: the centre of pressure stays inside the sole, off its edges (0 = off)
+        "cop_margin": 0.0,
         "backend": "auto",       # "auto" | "native" | "python": the compiled tick (idyn_control.native)
     }
 
@@ -114,8 +118,12 @@ class _QpContact(Formulation):
         qp_args = dict(solver=o["solver"], warm_start=o["warm_start"], eps_abs=o["eps_abs"])
         # Stage I: pyramid rows + one non-penetration row per contact
         self.stage1 = QpSolver(n, 0, (PYRAMID_ROWS + 1) * k, **qp_args)
-        # Stage II: same base wrench (6 rows), pyramid rows, torque limits
-        self.stage2 = QpSolver(n, nb, PYRAMID_ROWS * k + model.na, **qp_args)
+        if not 0.0 <= o["cop_margin"] < 1.0:
+            raise ConfigError("cop_margin", o["cop_margin"], "must be in [0, 1)")
+        # Stage II: same base wrench (6 rows), pyramid rows, torque limits, CoP rows
+        self.stage2 = QpSolver(n, nb, PYRAMID_ROWS * k + model.na + k, **qp_args)
+        #: contacts on one rigid body (same parent joint): a flat foot's points
+        self._body_of = np.array([model.pin_model.frames[f].parentJoint for f in model.contact_frame_ids])
         self.stage2_limited = True  # whether the last Stage II included torque limits
         self.stage2_failures = 0    # ticks where Stage II failed and Stage I forces were used
         self.non_penetration_dropped = 0  # ticks whose Stage I was solved without non-penetration
@@ -130,7 +138,13 @@ class _QpContact(Formulation):
         self.pyramid = np.zeros_like(self.contacts.friction_rows)
         self._pyramid_version = -1
         self._rhs = np.zeros((nb, n + 2))
-        self._native = self._native_backend(native.QpContact)
+        if o["cop_margin"] and o["backend"] != "python":  # Stage II's CoP rows are not compiled
+            if o["backend"] == "native":
+                raise ConfigError("backend", "native", "cop_margin > 0 runs in Python only")
+            self.native_unavailable = "cop_margin > 0: Stage II's centre-of-pressure rows run in Python only"
+            self._native = None
+        else:
+            self._native = self._native_backend(native.QpContact)
 
     def reset(self):
         self.stage1.reset()
@@ -163,7 +177,30 @@ class _QpContact(Formulation):
             for i in np.flatnonzero(cs.active):  # facets: (t-part) − μ n → (t-part) − (1 − m) μ n
                 r = PYRAMID_ROWS * i
                 self.stage2.C[r:r + 4, 3 * i:3 * i + 3] += margin * cs.mu[i] * cs.basis[i, 2]
+        self._fill_cop_rows()
         self._friction_version = cs.version
+
+    def _fill_cop_rows(self) -> None:
+        """Stage II's centre-of-pressure rows (option ``cop_margin`` = c): each active point
+        of a body with several active points keeps n_iᵀf_i ≥ c · mean_j n_jᵀf_j over that
+        body's active points; other rows are free."""
+        cs, s2 = self.contacts, self.stage2
+        r0 = PYRAMID_ROWS * cs.size + self.model.na
+        C, lo = s2.C[r0:r0 + cs.size], s2.l[r0:r0 + cs.size]
+        C[:] = 0.0
+        lo[:] = -INF
+        s2.u[r0:r0 + cs.size] = INF
+        c = self.options["cop_margin"]
+        if not c:
+            return
+        for i in np.flatnonzero(cs.active):
+            group = np.flatnonzero(cs.active & (self._body_of == self._body_of[i]))
+            if group.size < 2:
+                continue
+            for j in group:
+                C[i, 3 * j:3 * j + 3] -= (c / group.size) * cs.basis[j, 2]
+            C[i, 3 * i:3 * i + 3] += cs.basis[i, 2]
+            lo[i] = 0.0
 
     def _compute(self):
         self._refresh_pyramid()
