@@ -296,7 +296,7 @@ STRUCTURAL_OPTIONS = frozenset({"force_contacts"})
 #: iteration limit), weights and gains non-negative, delays what the formulation keeps
 OPTION_RANGES: dict[str, tuple[float, float]] = {
     "eps_abs": (1e-14, 1.0), "lcp_tol": (1e-15, 1.0), "consistency_tol": (1e-15, 1.0), "rank_tol": (1e-12, 1.0),
-    "rcond": (0.0, 1.0), "friction_margin": (0.0, 0.99), "delay_ticks": (1, 2), "max_pivots": (0, 10_000_000),
+    "rcond": (0.0, 1.0), "friction_margin": (0.0, 0.99), "cop_margin": (0.0, 0.99), "delay_ticks": (1, 2), "max_pivots": (0, 10_000_000),
     "slack_refinements": (0, 100), "contact_gain": (0.0, 1e6), "force_regularization": (0.0, 1e6),
     "internal_force_weight": (0.0, 1e6), "regularization": (0.0, 1e6), "slack_weight": (0.0, 1e12),
     "w_base": (0.0, 1e6), "w_force": (0.0, 1e6), "w_posture": (0.0, 1e6), "gain": (0.0, 1e6),
