@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import platform
 import re
 import sys
@@ -287,6 +288,7 @@ def describe(replay: PlacoReplay) -> dict:
         "scenario": s["name"], "robot": s["robot"], "ticks": replay.ticks,
         "contacts": list(s["contact_frames"]), "friction": float(s["friction"]), "base_frame": s["base_frame"],
         "torque_regularization": float(replay.solver.torque_cost),
+        "scheduling": {"policy": os.sched_getscheduler(0), "priority": os.sched_getparam(0).sched_priority},
         "timed": "contact switch (when the holding feet change) + robot.state.q/qd + update_kinematics() "
                  "+ solve(False)",
     }

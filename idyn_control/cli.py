@@ -71,6 +71,7 @@ def cmd_bench(args) -> int:
           f"(blocks of {args.block}), interleaved with the peer", flush=True)
     report = bench.run(entries, robot=args.robot, scenarios=scenarios, rounds=args.rounds, ticks=args.ticks,
                        block=args.block, warmup=args.warmup, peer=args.peer, sequence_ticks=args.sequence_ticks,
+                       priority=args.priority,
                        out_dir=(out.parent if out else Path("results")) / "bench",
                        log=lambda m: print(m, flush=True))
     summary = bench.format_report(report)
@@ -186,13 +187,16 @@ def main(argv=None) -> int:
                    help="comma-separated name[:backend][@region]; backend native (default) or python, "
                         "region controller or compiled (default: both)")
     p.add_argument("--scenarios", default="standing,trot", help="comma-separated: standing, trot")
-    p.add_argument("--ticks", type=int, default=10_000, help="timed ticks per variant and scenario")
-    p.add_argument("--rounds", type=int, default=5, help="rounds the ticks are split into (ratio spread)")
+    p.add_argument("--ticks", type=int, default=20_000, help="timed ticks per variant and scenario")
+    p.add_argument("--rounds", type=int, default=10, help="rounds the ticks are split into (ratio spread)")
     p.add_argument("--block", type=int, default=250, help="ticks per block (peer and project alternate)")
     p.add_argument("--warmup", type=int, default=500, help="untimed ticks per side before the rounds")
     p.add_argument("--sequence-ticks", type=int, default=2000, help="length of the recorded scenario")
     p.add_argument("--peer", choices=("auto", "on", "off"), default="auto",
                    help="PlaCo peer: auto = if its venv exists, on = create it (bench/setup_peer.sh)")
+    p.add_argument("--priority", type=int, default=0,
+                   help="run both sides under SCHED_FIFO at this priority (as the node's loop_priority; "
+                        "needs CAP_SYS_NICE); 0 = normal scheduling")
     p.add_argument("--json", help="write the machine-readable report here (and the summary beside it, .txt)")
     p.set_defaults(func=cmd_bench)
 
