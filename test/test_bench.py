@@ -11,19 +11,15 @@ No timed assertions: speed is measured by `idyn-control bench`, which writes JSO
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
 
-from idyn_control import bench, bench_peer, native
+from idyn_control import bench, bench_peer
 
-try:
-    native.load()
-except native.NativeUnavailable as err:
-    if os.environ.get("IDYN_REQUIRE_NATIVE"):
-        raise RuntimeError(f"IDYN_REQUIRE_NATIVE is set but the native tick is unavailable: {err}") from None
-    pytest.skip("native library not built (idyn-control build-native)", allow_module_level=True)
+from conftest import native_or_skip
+
+native_or_skip()  # the bench times the compiled tick
 
 PEER = bench_peer.peer_python()
 needs_peer = pytest.mark.skipif(PEER is None, reason="no PlaCo venv (bash bench/setup_peer.sh)")
