@@ -8,7 +8,6 @@ there instead of skipping.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pinocchio as pin
 import pytest
