@@ -26,8 +26,8 @@ as the contact rows of the project's QPs); swing feet as soft position tasks
 (swing_weight, foot_kp, foot_kd, target position/velocity/acceleration of the gait); feet
 neither holding nor swinging as soft tasks of weight 0; a base frame task (base_weight,
 base_kp, base_kd, the base pose and twist references); a joint posture task
-(posture_weight, joint_kp, joint_kd, the joint position and velocity references); the
-torque limits. dt = the sequence's. Timed region, per tick: the contact switch when the
+(posture_weight, joint_kp, joint_kd, the joint position and velocity references; PlaCo's
+joints task takes no acceleration feed-forward, the gait's is small); the torque limits. dt = the sequence's. Timed region, per tick: the contact switch when the
 set of holding feet changes (``contact.active``, the foot task made hard or soft),
 ``robot.state.q``/``qd`` = the state, ``robot.update_kinematics()``, ``solver.solve(False)``
 (tasks, mass matrix, nonlinear effects, QP assembly and solve, τ; no integration: the next

@@ -68,7 +68,7 @@ def cmd_bench(args) -> int:
     bench.parse_variants(entries)  # unknown names fail before minutes of benchmarking
     out = Path(args.json) if args.json else None
     print(f"benchmark: {args.robot} {', '.join(scenarios)}; {args.ticks} ticks per variant in {args.rounds} rounds "
-          f"(blocks of {args.block}), interleaved with the peer", flush=True)
+          f"(blocks of {args.block}), interleaved with the peer's when it runs", flush=True)
     report = bench.run(entries, robot=args.robot, scenarios=scenarios, rounds=args.rounds, ticks=args.ticks,
                        block=args.block, warmup=args.warmup, peer=args.peer, sequence_ticks=args.sequence_ticks,
                        priority=args.priority,
