@@ -23,8 +23,10 @@ a long-lived subprocess driven block by block over a pipe (:mod:`idyn_control.be
 :func:`run` interleaves them: in each of ``rounds`` rounds, blocks of ``block`` ticks
 alternate peer / project (the order flips every block), so a load change on the shared
 machine hits both sides alike; each round yields p50/p99/p99.9/max per side and the ratio
-project/peer, reported with its spread over rounds (median, min, max). Never asserted in
-tests: machines are noisy.
+project/peer, reported with its spread over rounds (median, min, max), for wall time and
+for the thread's CPU time (what other processes' time slices cannot inflate). ``priority``
+runs both sides under SCHED_FIFO, as the node's loop. Never asserted in tests: machines are
+noisy.
 """
 
 from __future__ import annotations
