@@ -41,7 +41,10 @@ Three latencies are reported:
   /diagnostics (its own monotonic clock; see idyn_control.ros.loop_stats).
 
 The first ``--warmup`` seconds of every run are discarded. ``--rounds R`` interleaves the
-designs in R rounds so that load drift on a shared machine hits all of them alike.
+designs in R rounds so that load drift on a shared machine hits all of them alike; the
+in-node latency is reported pooled and per round, with each percentile's median, min and
+max over the rounds (``in_node_per_round_us``). There is no peer here: PlaCo ships no ROS
+node; its per-tick compute is compared with the project's by ``idyn-control bench``.
 ``<mode>@<prio>`` runs a design with ``loop_priority`` (SCHED_FIFO), as on a robot (and as
 the YAMLs' default, 50); a plain ``<mode>`` runs with ``loop_priority`` 0 (normal scheduling).
 ``+name=value`` suffixes set more node parameters for that run (``native@50+loop_spin_us=300.0``,
@@ -297,6 +300,20 @@ def run_mode(mode: str, args, env, seconds: float) -> dict:
     }
 
 
+def _per_round(rounds: list[dict]) -> dict:
+    """In-node input → command p50/p99/p99.9 of each round, with median, min and max over rounds."""
+    from idyn_control.ros.loop_stats import histogram_percentiles
+
+    per = [histogram_percentiles(np.asarray(r["input_hist"])) for r in rounds]
+    out = {}
+    for key in ("p50", "p99", "p99.9"):
+        values = [p[key] for p in per if key in p]
+        if values:
+            out[key] = {"rounds": values, "median": float(np.median(values)), "min": float(min(values)),
+                        "max": float(max(values))}
+    return out
+
+
 def summarize(mode: str, rounds: list[dict], rate: float) -> dict:
     """One design's rounds → the reported numbers (samples pooled, counters summed)."""
     from idyn_control.ros.loop_stats import HIST_BIN_US, histogram_percentiles
@@ -329,6 +346,9 @@ def summarize(mode: str, rounds: list[dict], rate: float) -> dict:
         "command_rate_hz": commands / seconds,
         # middleware receive of /joint_states in the node → command published (module docstring)
         "in_node_input_to_command_us": in_node,
+        # the same per round, and each percentile's spread over the rounds (median, min, max):
+        # the designs run interleaved, so a load change shows as a spread, not as a difference
+        "in_node_per_round_us": _per_round(rounds),
         "in_node_split_us": [r["input_split_us"] for r in rounds],
         "in_node_reused_input_ticks": sum(r["reused_input_ticks"] for r in rounds),
         "in_node_overwritten_inputs": sum(r["overwritten_inputs"] for r in rounds),
@@ -414,8 +434,11 @@ def main(argv=None) -> int:
         report["results"].append(r)
         lat, n, own = r["two_hop_latency_us"], r["node"], r["in_node_input_to_command_us"]
         nan = float("nan")
+        spread = "".join(f" {k} {v['median']:.0f} [{v['min']:.0f}, {v['max']:.0f}]"
+                         for k, v in r["in_node_per_round_us"].items() if len(v["rounds"]) > 1)
         print(f"{mode:>12}: in-node input→command p50 {own.get('p50', nan):.0f} p99 {own.get('p99', nan):.0f} "
-              f"max {own.get('max', nan):.0f} µs | two-hop p50 {lat.get('p50', nan):.0f} "
+              f"max {own.get('max', nan):.0f} µs{' (per round, median [min, max]:' + spread + ')' if spread else ''}"
+              f" | two-hop p50 {lat.get('p50', nan):.0f} "
               f"p99 {lat.get('p99', nan):.0f} max {lat.get('max', nan):.0f} µs (one-hop floor p50 "
               f"{r['one_hop_floor_us'].get('p50', nan):.0f} p99 {r['one_hop_floor_us'].get('p99', nan):.0f}) "
               f"| commands {r['command_rate_hz']:.0f} Hz, "

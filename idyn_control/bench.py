@@ -1,10 +1,32 @@
-"""Per-tick compute benchmarks (DESIGN.md §6): the ROS-free core, timed tick by tick.
+"""Per-tick compute benchmarks (DESIGN.md §6): the project's tick and the C++ peer's, interleaved.
 
-A tick is everything the controller does between a state and a command: desired
-accelerations from the references, the Pinocchio pass, contact terms, QP assembly and
-solve. Statistics are p50/p99/p99.9/max over many ticks plus deadline misses at 1 kHz.
-The same scenario is solved by the C++ peer (PlaCo's DynamicsSolver, in its own venv)
-in the same run, and the ratio is reported. Never asserted in tests: machines are noisy.
+A scenario is a recorded :class:`TickSequence`: per tick the state (q, v), the contact
+estimates, the swing flags and every reference the controller follows (base pose and
+twist, swing-foot position/velocity/acceleration, joint posture). Both sides replay the
+same sequence tick by tick:
+
+- ``standing``: the robot on all its feet, joints moving as q_stand + A sin(2π f t + j)
+  (A = 0.01 rad, f = 1 Hz) so that every solve differs; references fixed at the pose.
+- ``trot``: a lock-step trot at 0.2 m/s of the project's own gait
+  (:func:`idyn_control.sim.lockstep.run_scenario`, MuJoCo, ``qp_coulomb``), recorded after
+  the trot has settled: moving references and contact switches (make and break).
+
+The project's side runs each formulation with the compiled backend in two timed regions
+(:class:`ProjectTick`): ``controller`` = :meth:`Controller.update` (state and contact mask
+in, clamped torque out: the Python API tick of the lock-step loop and of the node's Python
+tick, with Pinocchio, kinematic layer and QP compiled), and ``compiled`` = only the compiled
+calls the node's native loop chains in a routine tick (Pinocchio pass, kinematic layer,
+QP assembly and solve, clamp), called back to back without the Python layer, timed per
+phase. The peer (PlaCo's DynamicsSolver, ``bench/peer_placo.py`` in its own venv) runs as
+a long-lived subprocess driven block by block over a pipe (:mod:`idyn_control.bench_peer`).
+
+:func:`run` interleaves them: in each of ``rounds`` rounds, blocks of ``block`` ticks
+alternate peer / project (the order flips every block), so a load change on the shared
+machine hits both sides alike; each round yields p50/p99/p99.9/max per side and the ratio
+project/peer, reported with its spread over rounds (median, min, max), for wall time and
+for the thread's CPU time (what other processes' time slices cannot inflate). ``priority``
+runs both sides under SCHED_FIFO, as the node's loop. Never asserted in tests: machines are
+noisy.
 """
 
 from __future__ import annotations
@@ -13,25 +35,53 @@ import gc
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
-from . import formulations, robots
+from . import bench_peer, formulations, robots
 
 DEADLINE_S = 1e-3
-#: scenario shared with bench/peer_placo.py: posture PD and CoM task as PlaCo configures them
-KP, KD = 100.0, 20.0
+#: a tick whose wall time exceeds its thread's CPU time by more than this was preempted [µs]
+PREEMPTED_US = 20.0
+#: the standing scenario's joint motion: q_j = q_stand_j + A sin(2π f t + j)
 AMPLITUDE_RAD, FREQUENCY_HZ = 0.01, 1.0
+SCENARIOS = ("standing", "trot")
+#: statistics whose project/peer ratio is reported per round (wall time; cpu_*: thread CPU time)
+RATIO_STATS = ("p50_us", "p99_us", "p999_us", "max_us", "cpu_p50_us", "cpu_p99_us")
+REGIONS = ("controller", "compiled")
+#: per-tick records of the compiled region: phase times [s], ProxQP iterations, fast path taken
+PHASES = ("engine", "layer", "solver", "qp_solve", "clamp", "iterations", "fast_path")
+#: the trot recording: trot from 0.5 s at 0.2 m/s, replayed from SETTLE_S on (periodic gait)
+TROT_START_S, TROT_VELOCITY, SETTLE_S = 0.5, (0.2, 0.0, 0.0), 1.5
+
+TIMED_REGIONS = {
+    "controller": "Controller.update(q, v, contact_mask): input checks, contact set, Pinocchio pass, "
+                  "kinematic layer, formulation (QP assembly + ProxQP solve), Result, safety clamp; "
+                  "Pinocchio, kinematic layer and QP compiled (backend native), the rest Python",
+    "compiled": "the node's compiled routine tick without ROS: state copy, contact-set switch when the "
+                "schedule changes (Python, rare), then the three compiled calls back to back through "
+                "ctypes (Pinocchio pass: crba, nonlinear effects, contact Jacobians and drifts; kinematic "
+                "layer: q̈_des from the references; formulation: QP assembly + ProxQP solve + τ), then the "
+                "effort clamp",
+    "peer": "PlaCo: contact switches when the schedule changes (contact.active, foot task hard/soft), "
+            "robot.state.q/qd = state, robot.update_kinematics(), solver.solve(False) (tasks' errors "
+            "and Jacobians, mass matrix, nonlinear effects, QP assembly, its QP solve, τ)",
+}
 
 
-def summarize(times_s: np.ndarray) -> dict:
-    """p50/p99/p99.9/max [µs] and 1 kHz deadline misses of per-tick times [s]."""
+# ---------------------------------------------------------------------- statistics
+def summarize(times_s: np.ndarray, cpu_s: np.ndarray | None = None) -> dict:
+    """p50/p99/p99.9/max [µs] and 1 kHz deadline misses of per-tick wall times [s]; with the
+    ticks' thread CPU times, the same of those (``cpu_*``: the work without the time other
+    processes held the core) and the count of preempted ticks (wall − CPU > PREEMPTED_US)."""
     us = np.asarray(times_s) * 1e6
-    return {
+    out = {
         "ticks": int(us.size),
         "p50_us": float(np.percentile(us, 50)),
         "p99_us": float(np.percentile(us, 99)),
@@ -40,16 +90,34 @@ def summarize(times_s: np.ndarray) -> dict:
         "mean_us": float(us.mean()),
         "misses": int((us > DEADLINE_S * 1e6).sum()),
     }
+    if cpu_s is not None:
+        cpu = np.asarray(cpu_s) * 1e6
+        out.update({"cpu_p50_us": float(np.percentile(cpu, 50)), "cpu_p99_us": float(np.percentile(cpu, 99)),
+                    "cpu_p999_us": float(np.percentile(cpu, 99.9)), "cpu_max_us": float(cpu.max()),
+                    "preempted": int((us - cpu > PREEMPTED_US).sum())})
+    return out
+
+
+def spread(values) -> dict:
+    """Per-round values and their median, min and max."""
+    a = np.asarray(values, dtype=float)
+    return {"rounds": [float(x) for x in a], "median": float(np.median(a)), "min": float(a.min()),
+            "max": float(a.max())}
 
 
 def machine() -> dict:
-    return {
+    out = {
         "node": platform.node(),
         "machine": platform.machine(),
         "processor": _cpu_model(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
     }
+    try:
+        out["loadavg"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    return out
 
 
 def _cpu_model() -> str:
@@ -62,122 +130,586 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
-def standing(formulation: str, *, robot: str = "solo12", ticks: int = 10_000, warmup: int = 500,
-             **options) -> dict:
-    """Robot standing on all feet with a slowly moving posture (the peer's scenario).
+# ---------------------------------------------------------------------- scenarios
+@dataclass(frozen=True)
+class TickSequence:
+    """What a controller is given, tick by tick: the scenario both sides replay.
 
-    Joint j follows q_stand + A sin(2π f t + j); the tick computes the posture PD
-    acceleration, then solves. ``wbc_qp`` also tracks the CoM (weight 1, kp 100),
-    as the peer does.
+    Arrays have T rows (one per tick, ``dt_s`` apart). Pinocchio order: q (T, nq) with the
+    base quaternion (x, y, z, w), v (T, nv) with the base twist in the base frame. World
+    frame for base and foot references. ``contact`` is the contact estimate, ``swing`` the
+    feet the gait lifts; a contact holds where ``contact & ~swing`` (Controller.update).
+    ``gains`` are the controller's (ControllerConfig: kp [1/s²], kd [1/s], weights),
+    ``torque_limit_nm`` the commanded |τ| bound per joint, ``friction`` the ground μ.
     """
-    model = robots.load(robot)
-    f = formulations.make(formulation, model, **options)
-    q_stand = robots.standing_configuration(model, robot)
-    if formulation == "wbc_qp":
-        f.add_com_task(1.0)
-        f.solve(q_stand, np.zeros(model.nv), np.zeros(model.nv), model.contact_frames)
-        f.set_task_reference("com", f.tasks["com"].position.copy(), kp=KP, kd=KD)
-    joints = model.joint_q_index
-    phase0 = np.arange(model.na)
-    contacts = model.contact_frames
-    nb = model.n_base
-    q, v, qdd_des = q_stand.copy(), np.zeros(model.nv), np.zeros(model.nv)
-    times = np.empty(ticks)
-    statuses: dict[str, int] = {}
-    # as the node does after configure: collect, then freeze the survivors so the young
-    # generations the tick's small garbage triggers stay cheap
-    gc.collect()
-    gc.freeze()
-    for i in range(-warmup, ticks):
-        t = i * f.dt
-        phase = 2 * np.pi * FREQUENCY_HZ * t + phase0
-        q[joints] = q_stand[joints] + AMPLITUDE_RAD * np.sin(phase)
-        v[nb:] = 2 * np.pi * FREQUENCY_HZ * AMPLITUDE_RAD * np.cos(phase)
-        t0 = time.perf_counter()
-        qdd_des[nb:] = KP * (q_stand[joints] - q[joints]) - KD * v[nb:]
-        result = f.solve(q, v, qdd_des, contacts)
-        dt = time.perf_counter() - t0
-        if i >= 0:
-            times[i] = dt
-            statuses[result.status] = statuses.get(result.status, 0) + 1
-    gc.unfreeze()
-    out = {"formulation": formulation, "backend": f.backend, "robot": robot, "contacts": len(contacts),
-           "options": {k: v for k, v in options.items()}, "status": statuses}
-    out.update(summarize(times))
+
+    name: str
+    robot: str
+    dt_s: float
+    joint_names: tuple[str, ...]
+    contact_frames: tuple[str, ...]
+    base_frame: str
+    friction: float
+    torque_limit_nm: np.ndarray
+    gains: dict
+    q: np.ndarray
+    v: np.ndarray
+    contact: np.ndarray
+    swing: np.ndarray
+    q_ref: np.ndarray
+    v_ref: np.ndarray
+    a_ref: np.ndarray
+    base_position_ref: np.ndarray
+    base_rotation_ref: np.ndarray
+    base_velocity_ref: np.ndarray
+    base_angular_ref: np.ndarray
+    foot_position_ref: np.ndarray
+    foot_velocity_ref: np.ndarray
+    foot_acceleration_ref: np.ndarray
+
+    META = ("name", "robot", "dt_s", "joint_names", "contact_frames", "base_frame", "friction", "gains")
+    #: controller arrays written from the sequence before each tick (untimed on both sides)
+    REFERENCES = ("q_ref", "v_ref", "a_ref", "base_position_ref", "base_rotation_ref", "base_velocity_ref",
+                  "base_angular_ref", "foot_position_ref", "foot_velocity_ref", "foot_acceleration_ref", "swing")
+
+    @property
+    def ticks(self) -> int:
+        return int(self.q.shape[0])
+
+    @property
+    def active(self) -> np.ndarray:
+        """(T, k): contacts that hold (estimate says touching and the gait does not lift them)."""
+        return self.contact & ~self.swing
+
+    def switches(self) -> int:
+        """Ticks whose set of holding contacts differs from the previous tick's."""
+        a = self.active
+        return int((a[1:] != a[:-1]).any(axis=1).sum())
+
+    def save(self, path: Path) -> Path:
+        """An ``.npz`` both venvs read (plain arrays; the metadata as one JSON string)."""
+        meta = {k: getattr(self, k) for k in self.META}
+        arrays = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self.META}
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(path, meta=np.array(json.dumps(meta)), **arrays)
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> "TickSequence":
+        with np.load(path) as data:
+            meta = json.loads(str(data["meta"]))
+            arrays = {k: data[k] for k in data.files if k != "meta"}
+        meta["joint_names"], meta["contact_frames"] = tuple(meta["joint_names"]), tuple(meta["contact_frames"])
+        return cls(**meta, **arrays)
+
+
+def _controller_config(spec, model, formulation: str, **options):
+    """The controller the closed-loop scenarios run for this robot (its file's gains and
+    formulation defaults), with ``options`` over the formulation's."""
+    from .controller import ControllerConfig
+    from .sim.lockstep import controller_overrides
+
+    return ControllerConfig(formulation=formulation,
+                            formulation_options={**spec.formulation_options(formulation), **options},
+                            **controller_overrides(spec, model))
+
+
+def _gains(ctrl) -> dict:
+    """The controller's gains and weights, per joint for the posture."""
+    keys = ("base_kp", "base_kd", "foot_kp", "foot_kd", "stance_weight", "base_weight", "swing_weight",
+            "posture_weight", "damping")
+    out = {k: float(getattr(ctrl.config, k)) for k in keys}
+    out["joint_kp"], out["joint_kd"] = ctrl.joint_kp.tolist(), ctrl.joint_kd.tolist()
     return out
 
 
-def peer_python(root: Path | None = None) -> Path | None:
-    """The PlaCo venv's interpreter, if ``bench/setup_peer.sh`` created it."""
-    root = root or Path(__file__).resolve().parents[1]
-    venv = Path(os.environ.get("IDYN_PEER_VENV", root / ".peer-venv"))
-    if not venv.is_absolute():
-        venv = root / venv
-    python = venv / "bin" / "python"
-    return python if python.exists() else None
+def _base_frame(model) -> str:
+    import pinocchio as pin
+
+    pm = model.pin_model
+    names = [f.name for f in pm.frames if f.parentJoint == 1 and f.type == pin.FrameType.BODY]
+    return names[0] if names else ""
 
 
-def run_peer(ticks: int, *, setup: bool = False) -> dict | None:
-    """Run bench/peer_placo.py in the peer venv; None when the peer is unavailable."""
-    root = Path(__file__).resolve().parents[1]
-    script = root / "bench" / "peer_placo.py"
-    if not script.exists():
-        return None
-    if setup and peer_python(root) is None:
-        subprocess.run(["bash", str(root / "bench" / "setup_peer.sh")], check=True)
-    python = peer_python(root)
-    if python is None:
-        return None
-    spec = robots.spec("solo12")
-    out = root / "results" / "peer_placo.json"
-    out.parent.mkdir(exist_ok=True)
-    cmd = [str(python), str(script), "--urdf", str(spec.urdf_path()),
-           "--package-dir", str(robots.example_robot_data_dir().parent), "--ticks", str(ticks), "--json", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        return {"peer": "placo", "error": (proc.stderr or proc.stdout).strip()[-2000:]}
-    return json.loads(out.read_text())
+class _Recorder:
+    """Wraps a Controller's ``update`` to record what it is given, tick by tick."""
+
+    def __init__(self, ctrl):
+        self.ctrl, self.update = ctrl, ctrl.update
+        self.rows: dict[str, list] = {k: [] for k in ("q", "v", "contact", *TickSequence.REFERENCES)}
+        ctrl.update = self
+
+    def __call__(self, q, v, contact_mask):
+        rows, c = self.rows, self.ctrl
+        rows["q"].append(np.array(q, dtype=float))
+        rows["v"].append(np.array(v, dtype=float))
+        rows["contact"].append(np.array(contact_mask, dtype=bool))
+        for name in TickSequence.REFERENCES:
+            rows[name].append(np.array(getattr(c, name)))
+        return self.update(q, v, contact_mask)
+
+    def arrays(self, start: int) -> dict[str, np.ndarray]:
+        return {k: np.ascontiguousarray(np.array(v[start:])) for k, v in self.rows.items()}
 
 
-def run(formulation_names, *, robot="solo12", ticks=10_000, peer="auto", log=print) -> dict:
-    """Benchmark formulations and (optionally) the peer; returns a JSON-ready report."""
-    report = {"scenario": f"{robot} standing, all feet in contact, friction, torque limits",
-              "machine": machine(), "results": []}
-    for entry in formulation_names:
-        # "name" or "name:backend" (e.g. wbc_qp:python to time the reference code)
-        name, _, backend = entry.partition(":")
-        log(f"  {entry} ...")
-        report["results"].append(standing(name, robot=robot, ticks=ticks, **({"backend": backend} if backend else {})))
-    if peer != "off" and robot == "solo12":
-        log("  placo (peer) ...")
-        p = run_peer(ticks, setup=(peer == "on"))
-        if p is not None:
-            report["peer"] = p
-            if "p50_us" in p:
-                for r in report["results"]:
-                    r["ratio_p50_to_peer"] = r["p50_us"] / p["p50_us"]
-                    r["ratio_p99_to_peer"] = r["p99_us"] / p["p99_us"]
+def standing_sequence(robot: str = "solo12", ticks: int = 2000, dt: float = 1e-3) -> TickSequence:
+    """Standing on all feet, the joints moving as q_stand + A sin(2π f t + j) (so every
+    solve differs), the base still; references: the standing pose."""
+    from .controller import Controller
+
+    spec = robots.spec(robot)
+    model = robots.load(spec)
+    config = _controller_config(spec, model, "qp_coulomb")
+    ctrl = Controller(model, config)
+    q_stand = robots.standing_configuration(model, spec)
+    ctrl.reset(q_stand, np.zeros(model.nv))
+    nb, na, k = model.n_base, model.na, len(model.contacts)
+    t = np.arange(ticks) * dt
+    phase = 2 * np.pi * FREQUENCY_HZ * t[:, None] + np.arange(na)[None, :]
+    q = np.tile(q_stand, (ticks, 1))
+    v = np.zeros((ticks, model.nv))
+    q[:, model.joint_q_index] += AMPLITUDE_RAD * np.sin(phase)
+    v[:, nb:] = 2 * np.pi * FREQUENCY_HZ * AMPLITUDE_RAD * np.cos(phase)
+    f = ctrl.formulation
+    f.prepare(q_stand, np.zeros(model.nv), model.contact_frames)
+    feet = np.array(f.contacts.position, dtype=float).reshape(k, 3)
+    refs = {name: np.repeat(np.array(getattr(ctrl, name))[None], ticks, axis=0) for name in TickSequence.REFERENCES}
+    refs["foot_position_ref"][:] = feet
+    return TickSequence(name="standing", robot=str(robot), dt_s=dt, joint_names=tuple(model.joint_names),
+                        contact_frames=tuple(model.contact_frames), base_frame=_base_frame(model),
+                        friction=float(spec.friction), torque_limit_nm=np.array(ctrl.tau_limit),
+                        gains=_gains(ctrl), q=q, v=v, contact=np.ones((ticks, k), dtype=bool), **refs)
+
+
+def trot_sequence(robot: str = "solo12", ticks: int = 2000, dt: float = 1e-3) -> TickSequence:
+    """A lock-step trot of the project's gait in MuJoCo (``qp_coulomb``, 0.2 m/s), as the
+    controller saw it from ``SETTLE_S`` on: ``ticks`` ticks of moving references and
+    contact switches. Raises if the robot falls or a tick falls back."""
+    from .sim.lockstep import LockstepRunner, Scenario
+
+    start = int(round(SETTLE_S / dt))
+    runner = LockstepRunner(Scenario(robot=robot, formulation="qp_coulomb", duration=(start + ticks) * dt, dt=dt,
+                                     trot_start=TROT_START_S, velocity=TROT_VELOCITY))
+    recorder = _Recorder(runner.controller)
+    run = runner.run()
+    if run.metrics.get("fell") or len(recorder.rows["q"]) < start + ticks:
+        raise RuntimeError(f"the trot recording fell at {run.metrics.get('fall_time')} s")
+    fallbacks = int(run.trace.fallback[start:].sum())
+    if fallbacks:
+        raise RuntimeError(f"the trot recording fell back to the safe output in {fallbacks} ticks")
+    ctrl, model, spec = runner.controller, runner.robot, runner.spec
+    return TickSequence(name="trot", robot=str(robot), dt_s=dt, joint_names=tuple(model.joint_names),
+                        contact_frames=tuple(model.contact_frames), base_frame=_base_frame(model),
+                        friction=float(spec.friction), torque_limit_nm=np.array(ctrl.tau_limit),
+                        gains=_gains(ctrl), **recorder.arrays(start))
+
+
+def make_sequence(name: str, robot: str = "solo12", ticks: int = 2000) -> TickSequence:
+    if name == "standing":
+        return standing_sequence(robot, ticks)
+    if name == "trot":
+        return trot_sequence(robot, ticks)
+    raise ValueError(f"unknown scenario {name!r}; valid: {SCENARIOS}")
+
+
+# ---------------------------------------------------------------------- the project's tick
+class ProjectTick:
+    """One formulation replaying a :class:`TickSequence` in one timed region.
+
+    ``region`` "controller": :meth:`Controller.update` per tick. "compiled": the compiled
+    calls the node's native loop makes for a routine tick (``idyn_control.native.rt``'s
+    plan: engine update, kinematic layer, solver), per phase; needs the compiled backend.
+    References are written into the controller's arrays before the timer starts (as the
+    peer's task targets are). Each instance keeps its own cursor in the sequence (wrapping
+    at its end) and its own warm starts.
+    """
+
+    def __init__(self, seq: TickSequence, formulation: str, region: str = "controller", backend: str = "native"):
+        from .controller import Controller
+
+        if region not in REGIONS:
+            raise ValueError(f"unknown region {region!r}; valid: {REGIONS}")
+        self.seq, self.formulation, self.region = seq, formulation, region
+        spec = robots.spec(seq.robot)
+        model = robots.load(spec)
+        if tuple(model.joint_names) != seq.joint_names or tuple(model.contact_frames) != seq.contact_frames:
+            raise ValueError(f"sequence {seq.name!r} was recorded for another model of {seq.robot!r}")
+        options = {"backend": backend} if backend else {}
+        self.ctrl = Controller(model, _controller_config(spec, model, formulation, **options))
+        self.ctrl.reset(seq.q[0], seq.v[0])
+        self.backend = self.ctrl.formulation.backend
+        self.cursor = 0
+        self.status: dict[str, int] = {}
+        self.fallbacks = 0
+        self._refs = [(getattr(self.ctrl, name), getattr(seq, name)) for name in TickSequence.REFERENCES]
+        a = seq.active
+        self._active_changed = np.r_[True, (a[1:] != a[:-1]).any(axis=1)]
+        self._active_changed[0] = (a[0] != a[-1]).any()  # the wrap from the last tick to the first
+        c = seq.contact
+        self._contact_changed = np.r_[(c[0] != c[-1]).any(), (c[1:] != c[:-1]).any(axis=1)]
+        self.phases: list[np.ndarray] = []  # compiled: one (len(PHASES), n) array per block
+        if region == "compiled":
+            self._bind_compiled()
+
+    # -- compiled calls (what rt.plan_for hands the node's C++ loop)
+    def _bind_compiled(self) -> None:
+        from . import native
+        from .native import _addr
+
+        ctrl = self.ctrl
+        f = ctrl.formulation
+        solver, layer = getattr(f, "_native", None), ctrl._native_layer
+        if f._engine is None or solver is None or layer is None:
+            raise ValueError(f"{self.formulation}: no compiled tick ({f.native_unavailable or 'backend python'})")
+        self._write_references(0)
+        ctrl.update(self.seq.q[0], self.seq.v[0], self.seq.contact[0])  # fills the solvers' option/task buffers
+        engine = f._engine
+        self._engine_call = (engine._update, engine.handle)
+        self._layer_call = (layer._call, layer._args)
+        self._layer_mask = layer.mask
+        qdd_des = _addr(ctrl.qdd_des)  # the layer's output is the solver's input
+        tau_max = solver._tau_max.address()
+        if isinstance(solver, native.QpContact):
+            head, tail = (solver.handle, qdd_des, solver._addrs[1]), (solver._addrs[2], tau_max, *solver._out)
+        elif isinstance(solver, native.Wbc):
+            head = (solver.handle, qdd_des, solver._addrs[1])
+            tail = (solver._addrs[2], tau_max, len(f._task_list), solver._tasks_addr or 0, *solver._out)
+        else:
+            raise ValueError(f"{self.formulation}: no compiled QP")
+        self._solver_call = (solver._solve, head, tail)
+        self._solver_info = solver.info  # [iterations, ProxQP solve time [s], ...]
+        self._tau_cmd = np.zeros(f.model.na)
+        self._status_names = native.STATUS
+
+    def _write_references(self, i: int) -> None:
+        for target, rows in self._refs:
+            target[...] = rows[i]
+
+    def run_block(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` ticks from the cursor on; per-tick wall and thread CPU times [s]."""
+        return self._run_compiled(n) if self.region == "compiled" else self._run_controller(n)
+
+    def _run_controller(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        seq, ctrl = self.seq, self.ctrl
+        q, v, contact = seq.q, seq.v, seq.contact
+        wall, cpu = np.empty(n), np.empty(n)
+        perf, thread_ns = time.perf_counter, time.thread_time_ns
+        T = seq.ticks
+        for j in range(n):
+            i = self.cursor
+            self.cursor = (i + 1) % T
+            self._write_references(i)
+            c0 = thread_ns()
+            t0 = perf()
+            cmd = ctrl.update(q[i], v[i], contact[i])
+            t1 = perf()
+            c1 = thread_ns()
+            wall[j], cpu[j] = t1 - t0, (c1 - c0) * 1e-9
+            if cmd.source != "formulation":
+                self.fallbacks += 1
+            status = cmd.result.status if cmd.result is not None else "none"
+            self.status[status] = self.status.get(status, 0) + 1
+        return wall, cpu
+
+    def _run_compiled(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        seq, f = self.seq, self.ctrl.formulation
+        q, v, contact, active = seq.q, seq.v, seq.contact, seq.active
+        terms_q, terms_v, cs = f.terms.q, f.terms.v, f.contacts
+        engine_fn, engine_h = self._engine_call
+        layer_fn, layer_args = self._layer_call
+        solve_fn, head, tail = self._solver_call
+        info, mask = self._solver_info, self._layer_mask
+        tau, tau_cmd, lim = f.tau, self._tau_cmd, self.ctrl.tau_limit
+        neg_lim = -lim
+        wall, cpu = np.empty(n), np.empty(n)
+        ph = np.empty((len(PHASES), n))
+        perf, thread_ns = time.perf_counter, time.thread_time_ns
+        T = seq.ticks
+        names = self._status_names
+        for j in range(n):
+            i = self.cursor
+            self.cursor = (i + 1) % T
+            self._write_references(i)
+            fast0 = info[2]
+            c0 = thread_ns()
+            t0 = perf()
+            terms_q[:] = q[i]
+            terms_v[:] = v[i]
+            if self._active_changed[i]:
+                cs.set_active_mask(active[i])
+            if self._contact_changed[i]:
+                mask[:] = contact[i]
+            engine_fn(engine_h)
+            t1 = perf()
+            layer_fn(*layer_args)
+            t2 = perf()
+            status = solve_fn(*head, cs.version, *tail)
+            t3 = perf()
+            np.minimum(tau, lim, out=tau_cmd)
+            np.maximum(tau_cmd, neg_lim, out=tau_cmd)
+            t4 = perf()
+            c1 = thread_ns()
+            wall[j], cpu[j] = t4 - t0, (c1 - c0) * 1e-9
+            ph[0, j], ph[1, j], ph[2, j], ph[3, j], ph[4, j] = t1 - t0, t2 - t1, t3 - t2, info[1], t4 - t3
+            ph[5, j], ph[6, j] = info[0], info[2] != fast0
+            name = names[status] if 0 <= status < len(names) else "failed"
+            self.status[name] = self.status.get(name, 0) + 1
+        self.phases.append(ph)
+        return wall, cpu
+
+    def phase_summary(self) -> dict:
+        """Where the compiled tick's time goes: p50/p99 [µs] of each phase (``qp_solve``:
+        ProxQP's own timer, part of ``solver``), ProxQP iterations per tick and, for
+        qp_coulomb, the share of ticks its fast path (Stage II alone) served and the solver
+        time with and without it."""
+        if not self.phases:
+            return {}
+        ph = np.concatenate(self.phases, axis=1)
+        pct = lambda x: {"p50_us": float(np.percentile(x, 50)), "p99_us": float(np.percentile(x, 99))}  # noqa: E731
+        out = {name: pct(ph[k] * 1e6) for k, name in enumerate(PHASES[:5])}
+        out["iterations"] = {"p50": float(np.percentile(ph[5], 50)), "p99": float(np.percentile(ph[5], 99)),
+                             "max": float(ph[5].max())}
+        if self.formulation in ("qp_coulomb", "qp_noslip"):
+            fast = ph[6] > 0
+            out["fast_path_share"] = float(fast.mean())
+            for key, sel in (("solver_fast_path", fast), ("solver_two_stages", ~fast)):
+                if sel.any():
+                    out[key] = pct(ph[2, sel] * 1e6)
+        return out
+
+
+# ---------------------------------------------------------------------- the protocol
+def parse_variants(entries) -> list[tuple[str, str, str]]:
+    """``name[:backend][@region]`` → (formulation, backend, region); no region = both."""
+    out = []
+    for entry in entries:
+        spec, _, region = entry.partition("@")
+        name, _, backend = spec.partition(":")
+        formulations.get(name)  # an unknown name fails before minutes of benchmarking
+        regions = (region,) if region else REGIONS
+        for r in regions:
+            if r not in REGIONS:
+                raise ValueError(f"unknown timed region {r!r} in {entry!r}; valid: {REGIONS}")
+            if r == "compiled" and backend == "python":
+                continue
+            out.append((name, backend or "native", r))
+    return out
+
+
+def run(entries=("qp_coulomb", "wbc_qp"), *, robot: str = "solo12", scenarios=("standing",),
+        rounds: int = 10, ticks: int = 20_000, block: int = 250, warmup: int = 500, peer: str = "auto",
+        sequence_ticks: int = 2000, priority: int = 0, out_dir: Path | None = None,
+        log: Callable[[str], None] = print) -> dict:
+    """Benchmark the project's tick against the peer's, interleaved; a JSON-ready report.
+
+    ``ticks`` timed ticks per project variant and scenario, split over ``rounds`` rounds of
+    blocks of ``block`` ticks; in each block pair the peer replays the same number of ticks
+    of the same sequence (so it times ``len(variants)`` × as many). ``peer``: "auto" (if its
+    venv exists), "on" (create it with bench/setup_peer.sh), "off". ``priority`` > 0 runs
+    both sides under SCHED_FIFO at that priority (the peer inherits it), as the node's
+    ``loop_priority`` runs its tick: other processes then no longer preempt a tick. Sequences
+    are written to ``out_dir`` (the peer reads them from there).
+    """
+    variants = parse_variants(entries)
+    out_dir = Path(out_dir or Path.cwd() / "results" / "bench")
+    per_round = max(1, ticks // rounds)
+    block = max(1, min(block, per_round))
+    blocks = -(-per_round // block)
+    report: dict[str, Any] = {
+        "protocol": {
+            "rounds": rounds, "ticks_per_round": blocks * block, "block": block, "warmup": warmup,
+            "order": "per round, per block, per variant: a peer block and a project block of the same length, "
+                     "peer first and project first alternating; the peer's ticks of a round are pooled",
+            "timed_regions": TIMED_REGIONS,
+            "references": "written before each tick's timer starts on both sides (controller arrays; "
+                          "PlaCo task targets)",
+            "scheduling": f"SCHED_FIFO {priority}" if priority > 0 else "SCHED_OTHER (normal)",
+            "preempted": f"a tick whose wall time exceeds its thread CPU time by > {PREEMPTED_US:g} µs",
+        },
+        "machine": machine(),
+        "scenarios": [],
+    }
+    peer_python = bench_peer.peer_python(setup=(peer == "on")) if peer != "off" else None
+    report["peer"] = None if peer_python is None else {"name": "placo", "python": str(peer_python)}
+    with _scheduling(priority):
+        for scenario in scenarios:
+            _scenario(report, scenario, robot, variants, peer_python, rounds, blocks, block, warmup, sequence_ticks,
+                      out_dir, log)
     return report
 
 
+@contextmanager
+def _scheduling(priority: int):
+    """SCHED_FIFO at ``priority`` (> 0) for this process and the peer it starts, then back."""
+    if priority <= 0:
+        yield
+        return
+    before = os.sched_getscheduler(0), os.sched_getparam(0)
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))  # PermissionError without CAP_SYS_NICE
+    try:
+        yield
+    finally:
+        os.sched_setscheduler(0, before[0], before[1])
+
+
+def _scenario(report: dict, scenario: str, robot: str, variants, peer_python, rounds: int, blocks: int, block: int,
+              warmup: int, sequence_ticks: int, out_dir: Path, log) -> None:
+    """Record one scenario, set up both sides, run the rounds; appends to ``report``."""
+    if not robots.spec(robot).contact_frames:
+        log(f"  {scenario}: {robot} has no feet; skipped")
+        return
+    log(f"  {scenario}: recording the {sequence_ticks}-tick sequence ...")
+    try:
+        seq = make_sequence(scenario, robot, sequence_ticks)
+    except RuntimeError as err:  # the robot fell while the trot was recorded
+        log(f"  {scenario}: {err}; skipped")
+        report["scenarios"].append({"name": scenario, "robot": robot, "error": str(err)})
+        return
+    path = seq.save(out_dir / f"{robot}_{scenario}.npz")
+    ticks_ = [ProjectTick(seq, name, region, backend) for name, backend, region in variants]
+    entry: dict[str, Any] = {"name": scenario, "robot": robot, "sequence": str(path), "sequence_ticks": seq.ticks,
+                             "contact_switches": seq.switches(), "project": []}
+    client = None
+    if peer_python is not None:
+        try:
+            client = bench_peer.PeerProcess(peer_python, path, robot)
+            entry["peer"] = {"setup": client.hello}
+            report["peer"]["versions"] = client.hello.get("versions")
+        except bench_peer.PeerError as err:
+            entry["peer"] = {"error": str(err)}
+            log(f"  peer failed: {err}")
+    try:
+        _rounds(entry, ticks_, client, rounds, blocks, block, warmup, log)
+    finally:
+        if client is not None:
+            entry["peer"]["sanity"] = client.close()
+    report["scenarios"].append(entry)
+
+
+def _rounds(entry: dict, ticks_: list[ProjectTick], client, rounds: int, blocks: int, block: int, warmup: int,
+            log) -> None:
+    """Warm up, then the interleaved rounds; fills ``entry`` with per-round statistics."""
+    for t in ticks_:
+        t.run_block(warmup)
+        t.phases.clear()
+    if client is not None:
+        client.run_block(warmup)
+    mine: list[list[dict]] = [[] for _ in ticks_]  # per variant, per round
+    mine_all: list[list[tuple]] = [[] for _ in ticks_]
+    theirs: list[dict] = []
+    theirs_all: list[tuple] = []
+    gc.collect()
+    gc.freeze()  # as the node after configure: the survivors stay out of the young generations
+    try:
+        for r in range(rounds):
+            own: list[list[tuple]] = [[] for _ in ticks_]
+            peer_blocks: list[tuple] = []
+            for b in range(blocks):
+                for k, t in enumerate(ticks_):
+                    peer_first = (r + b + k) % 2 == 0
+                    if client is not None and peer_first:
+                        peer_blocks.append(client.run_block(block))
+                    own[k].append(t.run_block(block))
+                    if client is not None and not peer_first:
+                        peer_blocks.append(client.run_block(block))
+            for k in range(len(ticks_)):
+                wall, cpu = (np.concatenate(x) for x in zip(*own[k]))
+                mine[k].append(summarize(wall, cpu))
+                mine_all[k].append((wall, cpu))
+            line = f"  round {r + 1}/{rounds}: " + ", ".join(
+                f"{t.formulation}@{t.region} {mine[k][-1]['p50_us']:.0f}" for k, t in enumerate(ticks_))
+            if peer_blocks:
+                wall, cpu = (np.concatenate(x) for x in zip(*peer_blocks))
+                theirs.append(summarize(wall, cpu))
+                theirs_all.append((wall, cpu))
+                line += f", placo {theirs[-1]['p50_us']:.0f}"
+            log(line + " (p50 µs)")
+    finally:
+        gc.unfreeze()
+    pooled = lambda rows: summarize(*(np.concatenate(x) for x in zip(*rows)))  # noqa: E731
+    if theirs:
+        entry.setdefault("peer", {}).update({"summary": pooled(theirs_all), "rounds": theirs})
+    for k, t in enumerate(ticks_):
+        row: dict[str, Any] = {"formulation": t.formulation, "region": t.region, "backend": t.backend,
+                               "summary": pooled(mine_all[k]), "rounds": mine[k], "status": dict(t.status),
+                               "fallbacks": t.fallbacks}
+        if t.phases:
+            row["phases"] = t.phase_summary()
+        if theirs:
+            row["ratio_to_peer"] = {stat: spread([m[stat] / p[stat] for m, p in zip(mine[k], theirs)])
+                                    for stat in RATIO_STATS}
+        entry["project"].append(row)
+
+
+# ---------------------------------------------------------------------- report
+def _ratio_text(ratio: dict | None, stats) -> str:
+    if not ratio:
+        return ""
+    return "".join(f"{ratio[k]['median']:.2f} [{ratio[k]['min']:.2f}, {ratio[k]['max']:.2f}]".ljust(20) for k in stats)
+
+
 def format_report(report: dict) -> str:
-    lines = [f"scenario: {report['scenario']}",
-             f"machine:  {report['machine']['processor']} ({report['machine']['cpus']} cpus)",
-             f"{'formulation':<24}{'p50 µs':>9}{'p99 µs':>9}{'p99.9 µs':>10}{'max µs':>9}{'misses':>8}"
-             f"{'p50/peer':>10}"]
-    rows = list(report["results"])
-    peer = report.get("peer")
-    if peer and "p50_us" in peer:
-        rows.append({"formulation": "placo (C++)", **peer})
-    for r in rows:
-        ratio = r.get("ratio_p50_to_peer")
-        label = r["formulation"] + (f" ({r['backend']})" if "backend" in r else "")
-        lines.append(f"{label:<24}{r['p50_us']:>9.1f}{r['p99_us']:>9.1f}{r['p999_us']:>10.1f}"
-                     f"{r['max_us']:>9.1f}{r['misses']:>8d}{(f'{ratio:.2f}' if ratio else '-'):>10}")
-    if peer and "error" in peer:
-        lines.append(f"peer failed: {peer['error'].splitlines()[-1] if peer['error'] else '?'}")
-    elif not peer:
-        lines.append("peer: not run (bash bench/setup_peer.sh, or --peer on)")
+    """The readable summary: per scenario, each side's pooled statistics (wall time, then
+    thread CPU time), the ratio project/peer per round as median [min, max], and where the
+    compiled tick's time goes."""
+    m, p = report["machine"], report["protocol"]
+    lines = [f"machine:  {m['processor']} ({m['cpus']} cpus), load average {m.get('loadavg', '?')} at the start",
+             f"protocol: {p['rounds']} rounds × {p['ticks_per_round']} ticks per variant, blocks of {p['block']} "
+             f"ticks alternating with the peer's, {p['scheduling']}; ratio = project / peer per round: "
+             f"median [min, max]"]
+    for sc in report["scenarios"]:
+        if "error" in sc:
+            lines += ["", f"{sc['robot']} {sc['name']}: not measured ({sc['error']})"]
+            continue
+        peer = sc.get("peer") or {}
+        rows = [(f"{r['formulation']} {r['region']}", r["summary"], r.get("ratio_to_peer")) for r in sc["project"]]
+        if "summary" in peer:
+            rows.append(("placo (C++ peer)", peer["summary"], None))
+        lines += ["", f"{sc['robot']} {sc['name']} ({sc['sequence_ticks']}-tick sequence, "
+                      f"{sc['contact_switches']} contact switches)",
+                  f"{'wall time [µs]':<24}{'p50':>7}{'p99':>8}{'p99.9':>8}{'max':>8}{'miss':>6}{'preempt':>9}"
+                  f"   {'ratio p50':<20}{'ratio p99':<20}"]
+        for label, s, ratio in rows:
+            lines.append(f"{label:<24}{s['p50_us']:>7.1f}{s['p99_us']:>8.1f}{s['p999_us']:>8.1f}{s['max_us']:>8.0f}"
+                         f"{s['misses']:>6d}{s.get('preempted', 0):>9d}   {_ratio_text(ratio, ('p50_us', 'p99_us'))}")
+        lines.append(f"{'thread CPU time [µs]':<24}{'p50':>7}{'p99':>8}{'p99.9':>8}{'max':>8}{'':>15}"
+                     f"   {'ratio p50':<20}{'ratio p99':<20}")
+        for label, s, ratio in rows:
+            lines.append(f"{label:<24}{s['cpu_p50_us']:>7.1f}{s['cpu_p99_us']:>8.1f}{s['cpu_p999_us']:>8.1f}"
+                         f"{s['cpu_max_us']:>8.0f}{'':>15}   {_ratio_text(ratio, ('cpu_p50_us', 'cpu_p99_us'))}")
+        for r in sc["project"]:
+            ph = r.get("phases")
+            if not ph:
+                continue
+            text = (f"  {r['formulation']} compiled, p50 µs: engine {ph['engine']['p50_us']:.1f}, layer "
+                    f"{ph['layer']['p50_us']:.1f}, solver {ph['solver']['p50_us']:.1f} (ProxQP "
+                    f"{ph['qp_solve']['p50_us']:.1f}, {ph['iterations']['p50']:.0f} iterations, p99 "
+                    f"{ph['iterations']['p99']:.0f}), clamp {ph['clamp']['p50_us']:.1f}")
+            if "fast_path_share" in ph:
+                text += f"; fast path {100 * ph['fast_path_share']:.0f} % of ticks"
+                for key, name in (("solver_fast_path", "solver with it"), ("solver_two_stages", "without")):
+                    if key in ph:
+                        text += f", {name} {ph[key]['p50_us']:.0f}/{ph[key]['p99_us']:.0f}"
+                text += " (p50/p99)"
+            lines.append(text)
+        shares = [s["preempted"] / s["ticks"] for _, s, _ in rows if s.get("ticks")]
+        if shares and max(shares) > 0.005:
+            lines.append(f"  note: other processes preempted up to {100 * max(shares):.1f} % of a side's ticks: wall p99 "
+                         f"and beyond measure the scheduler here; the CPU-time rows compare the work (--priority 50 "
+                         f"runs both sides under SCHED_FIFO, as the node's loop)")
+        if "summary" in peer:
+            lines.append("  placo p50 per round µs: " + ", ".join(f"{r['p50_us']:.0f}" for r in peer["rounds"]))
+        sanity = peer.get("sanity") or {}
+        if sanity.get("failures"):
+            lines.append(f"  peer sanity FAILED: {'; '.join(sanity['failures'])}")
+        if "error" in peer:
+            lines.append(f"  peer failed: {peer['error'].splitlines()[-1] if peer['error'] else '?'}")
+        for r in sc["project"]:
+            if r["fallbacks"] or set(r["status"]) - {"solved"}:
+                lines.append(f"  {r['formulation']} {r['region']}: status {r['status']}, fallbacks {r['fallbacks']}")
+    if report.get("peer") is None:
+        lines.append("\npeer: not run (bash bench/setup_peer.sh, or --peer on)")
     return "\n".join(lines)
 
 

@@ -1,7 +1,7 @@
 """``idyn-control``: the command line of the ROS-free core.
 
     idyn-control solve --robot solo12 --formulation qp_coulomb
-    idyn-control bench --formulations qp_coulomb,wbc_qp --ticks 10000 --json results/bench.json
+    idyn-control bench --scenarios standing,trot --rounds 5 --json results/bench.json
     idyn-control check-config config/solo12.yaml
     idyn-control experiments seed000 [--quick] [--workers N] [--out DIR]
     idyn-control experiments seed004 [--quick] [--out DIR]
@@ -60,17 +60,27 @@ def cmd_solve(args) -> int:
 def cmd_bench(args) -> int:
     from . import bench
 
-    names = [n for n in args.formulations.split(",") if n]
-    for n in names:
-        formulations.get(n.partition(":")[0])  # unknown names fail before minutes of benchmarking
-    print(f"benchmark: {args.robot} standing, {args.ticks} ticks per formulation", flush=True)
-    report = bench.run(names, robot=args.robot, ticks=args.ticks, peer=args.peer,
+    entries = [n for n in args.formulations.split(",") if n]
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    for s in scenarios:
+        if s not in bench.SCENARIOS:
+            raise SystemExit(f"unknown scenario {s!r}; valid: {', '.join(bench.SCENARIOS)}")
+    bench.parse_variants(entries)  # unknown names fail before minutes of benchmarking
+    out = Path(args.json) if args.json else None
+    print(f"benchmark: {args.robot} {', '.join(scenarios)}; {args.ticks} ticks per variant in {args.rounds} rounds "
+          f"(blocks of {args.block}), interleaved with the peer's when it runs", flush=True)
+    report = bench.run(entries, robot=args.robot, scenarios=scenarios, rounds=args.rounds, ticks=args.ticks,
+                       block=args.block, warmup=args.warmup, peer=args.peer, sequence_ticks=args.sequence_ticks,
+                       priority=args.priority,
+                       out_dir=(out.parent if out else Path("results")) / "bench",
                        log=lambda m: print(m, flush=True))
-    print(bench.format_report(report))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=2))
-        print(f"wrote {args.json}")
+    summary = bench.format_report(report)
+    print(summary)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2))
+        out.with_suffix(".txt").write_text(summary + "\n")
+        print(f"wrote {out} and {out.with_suffix('.txt')}")
     return 0
 
 
@@ -170,14 +180,24 @@ def main(argv=None) -> int:
     p.add_argument("--dt", type=float, default=1e-3)
     p.set_defaults(func=cmd_solve)
 
-    p = sub.add_parser("bench", help="per-tick compute: p50/p99/p99.9/max, deadline misses, peer ratio")
+    p = sub.add_parser("bench", help="per-tick compute interleaved with the C++ peer (PlaCo): "
+                                     "p50/p99/p99.9/max per side, ratio per round")
     add_robot(p)
     p.add_argument("--formulations", default="qp_coulomb,wbc_qp",
-                   help="comma-separated; name:python / name:native picks the backend")
-    p.add_argument("--ticks", type=int, default=10_000)
+                   help="comma-separated name[:backend][@region]; backend native (default) or python, "
+                        "region controller or compiled (default: both)")
+    p.add_argument("--scenarios", default="standing,trot", help="comma-separated: standing, trot")
+    p.add_argument("--ticks", type=int, default=20_000, help="timed ticks per variant and scenario")
+    p.add_argument("--rounds", type=int, default=10, help="rounds the ticks are split into (ratio spread)")
+    p.add_argument("--block", type=int, default=250, help="ticks per block (peer and project alternate)")
+    p.add_argument("--warmup", type=int, default=500, help="untimed ticks per side before the rounds")
+    p.add_argument("--sequence-ticks", type=int, default=2000, help="length of the recorded scenario")
     p.add_argument("--peer", choices=("auto", "on", "off"), default="auto",
                    help="PlaCo peer: auto = if its venv exists, on = create it (bench/setup_peer.sh)")
-    p.add_argument("--json", help="write the machine-readable report here")
+    p.add_argument("--priority", type=int, default=0,
+                   help="run both sides under SCHED_FIFO at this priority (as the node's loop_priority; "
+                        "needs CAP_SYS_NICE); 0 = normal scheduling")
+    p.add_argument("--json", help="write the machine-readable report here (and the summary beside it, .txt)")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("bench-contacts", help="per-tick time vs number of contact points (seed 000 Fig. 19)")

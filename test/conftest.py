@@ -42,6 +42,21 @@ def random_state(model, rng, *, scale_v=1.0, scale_a=2.0):
     return q, v, a
 
 
+def native_or_skip() -> None:
+    """Skip the calling test module when the compiled tick is not built; fail instead when
+    IDYN_REQUIRE_NATIVE is set (CI builds it, so a missing build is an error there)."""
+    import os
+
+    from idyn_control import native
+
+    try:
+        native.load()
+    except native.NativeUnavailable as err:
+        if os.environ.get("IDYN_REQUIRE_NATIVE"):
+            raise RuntimeError(f"IDYN_REQUIRE_NATIVE is set but the native tick is unavailable: {err}") from None
+        pytest.skip("native library not built (idyn-control build-native)", allow_module_level=True)
+
+
 def standing_state(name, model):
     """Standing configuration of a legged robot, zero velocity and acceleration."""
     q = robots.standing_configuration(model, name)

@@ -8,8 +8,6 @@ there instead of skipping.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pinocchio as pin
 import pytest
@@ -19,14 +17,9 @@ from idyn_control.contacts import ContactSet
 from idyn_control.dynamics import DynamicsTerms
 from idyn_control.errors import ConfigError
 
-from conftest import ALL_ROBOTS, FLOATING, random_state
+from conftest import ALL_ROBOTS, FLOATING, native_or_skip, random_state
 
-try:
-    native.load()
-except native.NativeUnavailable as err:
-    if os.environ.get("IDYN_REQUIRE_NATIVE"):
-        raise RuntimeError(f"IDYN_REQUIRE_NATIVE is set but the native tick is unavailable: {err}") from None
-    pytest.skip("native library not built (idyn-control build-native)", allow_module_level=True)
+native_or_skip()
 
 NATIVE_NAMES = ("wbc_qp", "qp_coulomb", "qp_noslip")
 

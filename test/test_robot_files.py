@@ -115,7 +115,7 @@ def test_command_line_tools_take_a_robot_file(tmp_path, capsys):
     assert "a1" in capsys.readouterr().out
     out = tmp_path / "bench.json"
     assert cli.main(["bench", "--config", str(path), "--formulations", "wbc_qp:python", "--ticks", "50",
-                     "--peer", "off", "--json", str(out)]) == 0
+                     "--scenarios", "standing", "--peer", "off", "--json", str(out)]) == 0
     assert out.is_file()
 
 
