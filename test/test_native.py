@@ -26,7 +26,7 @@ try:
 except native.NativeUnavailable as err:
     if os.environ.get("IDYN_REQUIRE_NATIVE"):
         raise RuntimeError(f"IDYN_REQUIRE_NATIVE is set but the native tick is unavailable: {err}") from None
-    pytest.skip("native library not built (idyn-control build-native)", allow_module_level=True)
+    pytest.skip(f"native tick unavailable: {err}", allow_module_level=True)
 
 NATIVE_NAMES = ("wbc_qp", "qp_coulomb", "qp_noslip")
 
