@@ -48,6 +48,7 @@ setup(
     package_data={f"{PACKAGE}.native": ["*.cpp", "*.hpp", "*.h"]},
     ext_modules=_ext_modules,
     cmdclass={"build_ext": _BuildExt},
+    distclass=_build.distribution_class(),
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),

@@ -223,8 +223,9 @@ def build_ext_class():
             self._times[name] = time.monotonic() - t0
 
         def _write_info(self):
-            out = Path(self.get_ext_fullpath(f"{PACKAGE}.{NATIVE_MODULE}")).parent
-            out.mkdir(parents=True, exist_ok=True)
+            outs = [Path(self.get_ext_fullpath(f"{PACKAGE}.{NATIVE_MODULE}")).parent]
+            if self.inplace or getattr(self, "editable_mode", False):  # pip -e: the modules go to the sources
+                outs.append(Path(self.get_finalized_command("build_py").get_package_dir(PACKAGE)).resolve())
             info = {"flags": compile_flags(), "python": sys.version.split()[0], "modules": {}}
             for name in (NATIVE_MODULE, RT_MODULE):
                 if name in self._times:
@@ -232,12 +233,26 @@ def build_ext_class():
                 else:
                     info["modules"][name] = {"built": False,
                                              "reason": self._reasons.get(name, "not attempted")}
-            (out / BUILD_INFO).write_text(json.dumps(info, indent=1) + "\n")
+            for out in dict.fromkeys(outs):
+                out.mkdir(parents=True, exist_ok=True)
+                (out / BUILD_INFO).write_text(json.dumps(info, indent=1) + "\n")
             for name, what in info["modules"].items():
                 print(f"idyn_control: {name}: " + ("built" if what["built"] else f"not built: {what['reason']}"),
                       file=sys.stderr)
 
     return BuildExt
+
+
+def distribution_class():
+    """setuptools' Distribution that always runs build_ext, so that a build with no module
+    to attempt (no pybind11 found) still records why."""
+    from setuptools import Distribution
+
+    class AlwaysBuildExt(Distribution):
+        def has_ext_modules(self):
+            return True
+
+    return AlwaysBuildExt
 
 
 def build_info(directory: Path = SOURCE_DIR) -> dict | None:
