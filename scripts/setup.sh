@@ -15,12 +15,15 @@ echo "setup: creating $venv (pinned dependencies, ~1 min)" >&2
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$root/requirements-dev.txt"
-# the package's build compiles the native tick (C++, header-only Pinocchio + ProxQP): a C++ compiler
-if ! command -v c++ >/dev/null && ! command -v g++ >/dev/null; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    echo "setup: installing g++ for the native tick" >&2
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null
-  fi
+# the package's build compiles the native tick (C++, header-only Pinocchio + ProxQP, a Python
+# extension): a C++ compiler and Python's headers (a distro's Python keeps them in python3-dev)
+missing=()
+command -v c++ >/dev/null || command -v g++ >/dev/null || missing+=(g++)
+"$venv/bin/python" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  || missing+=("python3-dev")
+if [ "${#missing[@]}" -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "setup: installing ${missing[*]} for the native tick" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null || true
 fi
 echo "setup: installing the package editable, compiling the native tick (~4 min)" >&2
 # no build isolation: the build uses the pinned setuptools, pybind11 and headers installed above
