@@ -1,17 +1,54 @@
-"""ament_python package that also installs with plain pip (how it runs without ROS)."""
+"""ament_python package that also installs with plain pip (how it runs without ROS).
 
+The compiled tick is part of this build: ``pip install .``, ``pip install -e .`` and
+``colcon build`` (which runs this file) compile the optional extension modules described
+in ``idyn_control/native/build.py``. When they cannot be built the install still succeeds
+and the package runs its Python formulations (``idyn_control.native.status()`` says why).
+"""
+
+import importlib.util
+import os
+import sys
 from glob import glob
+from pathlib import Path
 
 from setuptools import find_packages, setup
 
 PACKAGE = "idyn_control"
+ROOT = Path(__file__).resolve().parent
+
+
+def _native_build():
+    """idyn_control/native/build.py, loaded by path: the package's dependencies (numpy...)
+    are not importable in pip's isolated build environment."""
+    spec = importlib.util.spec_from_file_location("_idyn_native_build", ROOT / PACKAGE / "native" / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_build = _native_build()
+os.chdir(ROOT)  # setuptools wants extension sources relative to the project
+_ext_modules, _skipped = _build.extensions(ROOT)
+_BuildExt = _build.build_ext_class()
+_BuildExt.skipped = _skipped
+try:  # compile the sources of one module in parallel (two of them take minutes each)
+    from pybind11.setup_helpers import ParallelCompile
+
+    ParallelCompile("IDYN_BUILD_JOBS").install()
+except ImportError:
+    pass
 
 setup(
     name=PACKAGE,
     version="0.1.0",
     packages=find_packages(exclude=["test", "test.*"]),
-    # sources of the native tick, compiled on the target by `idyn-control build-native`
-    package_data={f"{PACKAGE}.native": ["*.cpp", "*.hpp"]},
+    # the compiled tick's sources ship too: `idyn-control build-native` rebuilds in place
+    package_data={f"{PACKAGE}.native": ["*.cpp", "*.hpp", "*.h"]},
+    ext_modules=_ext_modules,
+    cmdclass={"build_ext": _BuildExt},
+    distclass=_build.distribution_class(),
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),

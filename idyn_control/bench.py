@@ -66,7 +66,7 @@ TIMED_REGIONS = {
                   "Pinocchio, kinematic layer and QP compiled (backend native), the rest Python",
     "compiled": "the node's compiled routine tick without ROS: state copy, contact-set switch when the "
                 "schedule changes (Python, rare), then the three compiled calls back to back through "
-                "ctypes (Pinocchio pass: crba, nonlinear effects, contact Jacobians and drifts; kinematic "
+                "the pybind11 binding (Pinocchio pass: crba, nonlinear effects, contact Jacobians and drifts; kinematic "
                 "layer: q̈_des from the references; formulation: QP assembly + ProxQP solve + τ), then the "
                 "effort clamp",
     "peer": "PlaCo: contact switches when the schedule changes (contact.active, foot task hard/soft), "
@@ -355,7 +355,6 @@ class ProjectTick:
     # -- compiled calls (what rt.plan_for hands the node's C++ loop)
     def _bind_compiled(self) -> None:
         from . import native
-        from .native import _addr
 
         ctrl = self.ctrl
         f = ctrl.formulation
@@ -364,20 +363,19 @@ class ProjectTick:
             raise ValueError(f"{self.formulation}: no compiled tick ({f.native_unavailable or 'backend python'})")
         self._write_references(0)
         ctrl.update(self.seq.q[0], self.seq.v[0], self.seq.contact[0])  # fills the solvers' option/task buffers
-        engine = f._engine
-        self._engine_call = (engine._update, engine.handle)
-        self._layer_call = (layer._call, layer._args)
+        # the binding's calls, each bound to its buffers (the layer's output, ctrl.qdd_des, is
+        # the solver's input): one call per stage with scalar arguments, as rt.cpp makes them
+        self._engine_call = f._engine.update
+        self._layer_call = layer._call
         self._layer_mask = layer.mask
-        qdd_des = _addr(ctrl.qdd_des)  # the layer's output is the solver's input
-        tau_max = solver._tau_max.address()
+        solver._tau_max.check()
         if isinstance(solver, native.QpContact):
-            head, tail = (solver.handle, qdd_des, solver._addrs[1]), (solver._addrs[2], tau_max, *solver._out)
+            tail = ()
         elif isinstance(solver, native.Wbc):
-            head = (solver.handle, qdd_des, solver._addrs[1])
-            tail = (solver._addrs[2], tau_max, len(f._task_list), solver._tasks_addr or 0, *solver._out)
+            tail = (len(f._task_list),)
         else:
             raise ValueError(f"{self.formulation}: no compiled QP")
-        self._solver_call = (solver._solve, head, tail)
+        self._solver_call = (solver._ext.solve, tail)
         self._solver_info = solver.info  # [iterations, ProxQP solve time [s], ...]
         self._tau_cmd = np.zeros(f.model.na)
         self._status_names = native.STATUS
@@ -416,9 +414,10 @@ class ProjectTick:
         seq, f = self.seq, self.ctrl.formulation
         q, v, contact, active = seq.q, seq.v, seq.contact, seq.active
         terms_q, terms_v, cs = f.terms.q, f.terms.v, f.contacts
-        engine_fn, engine_h = self._engine_call
-        layer_fn, layer_args = self._layer_call
-        solve_fn, head, tail = self._solver_call
+        engine_fn, layer_fn = self._engine_call, self._layer_call
+        solve_fn, tail = self._solver_call
+        layer_out, solver_in = self.ctrl.qdd_des, f.qdd_des  # handed over as rt.cpp does (memcpy)
+        copyto = np.copyto
         info, mask = self._solver_info, self._layer_mask
         tau, tau_cmd, lim = f.tau, self._tau_cmd, self.ctrl.tau_limit
         neg_lim = -lim
@@ -440,11 +439,12 @@ class ProjectTick:
                 cs.set_active_mask(active[i])
             if self._contact_changed[i]:
                 mask[:] = contact[i]
-            engine_fn(engine_h)
+            engine_fn()
             t1 = perf()
-            layer_fn(*layer_args)
+            layer_fn()
+            copyto(solver_in, layer_out)
             t2 = perf()
-            status = solve_fn(*head, cs.version, *tail)
+            status = solve_fn(cs.version, *tail)
             t3 = perf()
             np.minimum(tau, lim, out=tau_cmd)
             np.maximum(tau_cmd, neg_lim, out=tau_cmd)

@@ -234,8 +234,9 @@ def main(argv=None) -> int:
     add_arguments(p)
     p.set_defaults(func=cmd_experiments)
 
-    p = sub.add_parser("build-native", help="compile the native tick (C++: Pinocchio + ProxQP headers, ~2 min)")
-    p.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    p = sub.add_parser("build-native", help="rebuild the compiled tick in place (pip install / colcon build "
+                                            "already build it; ~4 min)")
+    p.add_argument("--force", action="store_true", help="recompile even if up to date")
     p.set_defaults(func=cmd_build_native)
 
     args = parser.parse_args(argv)

@@ -168,8 +168,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("loop_mode", "native", STRING,
               "loop design: native = one tick per /joint_states message on a compiled loop thread "
               "(the routine tick runs without Python, anything else falls back to the triggered "
-              "tick on that thread; needs idyn-control build-native with ROS 2, else triggered with "
-              "a warning; lowest input → command latency); triggered = the same in the executor's "
+              "tick on that thread; needs the compiled loop, which the package's build makes when ROS 2 "
+              "is installed first, else triggered with a warning; lowest input → command latency); triggered = the same in the executor's "
               "/joint_states callback, in Python (the state publisher's clock drives the loop, like "
               "ros2_control's read → update → write); deadline = one thread serving callbacks until "
               "each absolute deadline, then the tick; thread = a loop thread sleeping to absolute "

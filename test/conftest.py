@@ -54,7 +54,7 @@ def native_or_skip() -> None:
     except native.NativeUnavailable as err:
         if os.environ.get("IDYN_REQUIRE_NATIVE"):
             raise RuntimeError(f"IDYN_REQUIRE_NATIVE is set but the native tick is unavailable: {err}") from None
-        pytest.skip("native library not built (idyn-control build-native)", allow_module_level=True)
+        pytest.skip(f"native tick unavailable: {err}", allow_module_level=True)
 
 
 def standing_state(name, model):

@@ -117,7 +117,7 @@ def test_native_and_python_agree_on_every_dissipation(backend, load_robot):
     from idyn_control import native
 
     if backend == "native" and not native.available():
-        pytest.skip("native library not built (idyn-control build-native)")
+        pytest.skip(f"native tick unavailable: {native.status()[1]}")
     model, q, v, ctrl = _moving_stance()
     mask = np.ones(len(model.contacts), dtype=bool)
     for dissipation in native.DISSIPATION:

@@ -35,7 +35,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Float64MultiArray  # noqa: E402
 
-from idyn_control import config, robots  # noqa: E402
+from idyn_control import config, native, robots  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLO_YAML = ROOT / "config" / "solo12.yaml"
@@ -249,6 +249,13 @@ def test_commands_stream_at_rate_finite_within_limits_in_controller_order(runnin
         assert compiled > 0.8 * ticks, (compiled, ticks)
     else:
         assert "native_loop.compiled_ticks" not in h.diagnostics
+    # /diagnostics says which loop runs and what computes the tick (the configure log too)
+    tick = "compiled tick" if native.available() else "Python tick (extension not built"
+    assert h.diagnostics["backend"] == ("native" if native.available() else "python")
+    if h.loop_mode == "native":
+        assert h.diagnostics["loop"].startswith(f"native loop: {tick}"), h.diagnostics["loop"]
+    else:
+        assert h.diagnostics["loop"].startswith(f"python {h.loop_mode} loop (loop_mode {h.loop_mode}): {tick}")
     # the command is the controller's: the Python tick in this process, on the same state
     # (the reference is the first measured state, so this is the standing torque)
     expected = _python_tick_command(h)

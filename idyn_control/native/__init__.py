@@ -2,22 +2,26 @@
 
 The Python formulations are the reference implementation; this is the same algorithm,
 line for line, in header-only C++ on Pinocchio and ProxQP (``engine.cpp`` for the
-rigid-body terms, ``solvers.cpp`` for the QPs), called through ``ctypes`` with
-preallocated numpy buffers: no Python work and no allocation between the state and the
-torques. Formulations pick it with the option ``backend``: ``"auto"`` (default: native
-when the library is built and the options are supported, else Python), ``"native"``
-(required: an error says why it is unavailable) or ``"python"``.
+rigid-body terms, ``solvers.cpp`` for the QPs), reached through one pybind11 binding
+(``bindings.cpp``, module ``_native``) that binds the formulations' preallocated numpy
+buffers once (checked: dtype, C order, size), so a tick is one call with scalar arguments:
+no Python work and no allocation between the state and the torques. Formulations pick it
+with the option ``backend``: ``"auto"`` (default: native when the module is built and the
+options are supported, else Python), ``"native"`` (required: an error says why it is
+unavailable) or ``"python"``.
 
-Build it once with ``idyn-control build-native`` (``scripts/setup.sh`` does). The Pinocchio
-model is rebuilt in C++ from the Python model's joints, inertias and frames, then checked
-against Python Pinocchio at a random state before it is used.
+The package's build compiles it (``pip install .``, ``pip install -e .``, ``colcon build``;
+see :mod:`.build`); :func:`status` says whether it is loaded and, if not, why (the build's
+record ``_build_info.json``). The Pinocchio model is rebuilt in C++ from the Python model's
+joints, inertias and frames, then checked against Python Pinocchio at a random state before
+it is used.
 """
 
 from __future__ import annotations
 
-import ctypes
-from ctypes import c_double, c_int, c_long, c_void_p
+import importlib
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
@@ -42,60 +46,40 @@ class NativeUnavailable(RuntimeError):
     """The native tick cannot serve this model or these options; the message says why."""
 
 
-_lib: ctypes.CDLL | None = None
-_lib_error: str | None = None
+_ext: ModuleType | None = None
+_ext_error: str | None = None
 
 
-def library_path() -> Path | None:
-    """The built library for the current sources, if any."""
-    from . import build as _build
+def _not_built_reason(module: str) -> str:
+    """Why ``module`` (``_native`` or ``_rt``) is not importable, from the build's record."""
+    from . import build
 
-    name = _build.library_name()
-    for d in _build.candidate_dirs():
-        if (d / name).exists():
-            return d / name
-    return None
+    info = build.build_info()
+    if info is None:
+        return ("extension not built (no build record: install the package with pip or colcon, "
+                "or run idyn-control build-native)")
+    entry = info.get("modules", {}).get(module, {})
+    if entry.get("built"):
+        return "extension built but not importable here (another Python? rebuild: idyn-control build-native)"
+    return f"extension not built: {entry.get('reason', 'not attempted')}"
 
 
-def load() -> ctypes.CDLL:
-    """The loaded library; raises :class:`NativeUnavailable` when it is not built."""
-    global _lib, _lib_error
-    if _lib is not None:
-        return _lib
-    if _lib_error is not None:
-        raise NativeUnavailable(_lib_error)
-    path = library_path()
-    if path is None:
-        _lib_error = "native library not built (run: idyn-control build-native)"
-        raise NativeUnavailable(_lib_error)
+def load() -> ModuleType:
+    """The compiled module; raises :class:`NativeUnavailable` (with the reason) when it is not built."""
+    global _ext, _ext_error
+    if _ext is not None:
+        return _ext
+    if _ext_error is not None:
+        raise NativeUnavailable(_ext_error)
     try:
-        lib = ctypes.CDLL(str(path))
-    except OSError as err:
-        _lib_error = f"cannot load {path}: {err}"
-        raise NativeUnavailable(_lib_error) from None
-    P, I, L, D = c_void_p, c_int, c_long, c_double
-    lib.idyn_engine_new.restype = P
-    lib.idyn_engine_new.argtypes = [I, P, P, P, P, P, P, P, I, P, P, I, I, P, P, P, P, P, P, P, P, P, P, I]
-    lib.idyn_engine_free.argtypes = [P]
-    lib.idyn_engine_update.argtypes = [P]
-    lib.idyn_engine_point_task.argtypes = [P, I, P, P, P, P]
-    lib.idyn_kinematic_layer.argtypes = [P, P, P, P, P, P, P]
-    lib.idyn_wbc_new.restype = P
-    lib.idyn_wbc_new.argtypes = [P, P, I, D]
-    lib.idyn_wbc_free.argtypes = [P]
-    lib.idyn_wbc_reset.argtypes = [P]
-    lib.idyn_wbc_torque_limits_dropped.restype = L
-    lib.idyn_wbc_torque_limits_dropped.argtypes = [P]
-    lib.idyn_wbc_solve.restype = I
-    lib.idyn_wbc_solve.argtypes = [P, P, P, L, P, P, I, P, P, P, P, P]
-    lib.idyn_qpc_new.restype = P
-    lib.idyn_qpc_new.argtypes = [P, D, I, I, D, P, P, P]
-    lib.idyn_qpc_free.argtypes = [P]
-    lib.idyn_qpc_reset.argtypes = [P]
-    lib.idyn_qpc_solve.restype = I
-    lib.idyn_qpc_solve.argtypes = [P, P, P, L, P, P, P, P, P, P]
-    _lib = lib
-    return lib
+        _ext = importlib.import_module("._native", __name__)
+    except ImportError as err:
+        reason = _not_built_reason("_native")
+        if "No module named" not in str(err):
+            reason += f" ({err})"
+        _ext_error = reason
+        raise NativeUnavailable(_ext_error) from None
+    return _ext
 
 
 def available() -> bool:
@@ -106,7 +90,26 @@ def available() -> bool:
     return True
 
 
+def status() -> tuple[bool, str]:
+    """(loaded, what): the compiled module's file and flags, or why it is not there."""
+    try:
+        ext = load()
+    except NativeUnavailable as err:
+        return False, str(err)
+    march = ext.build.get("march") or "portable"
+    return True, f"{Path(ext.__file__).name} ({march}, {ext.build.get('compiler', '?')})"
+
+
+def library_path() -> Path | None:
+    """The compiled module's file, if it is importable."""
+    try:
+        return Path(load().__file__)
+    except NativeUnavailable:
+        return None
+
+
 def _addr(a: np.ndarray) -> int:
+    """Address of a numpy buffer, for the compiled loop's plan (rt.py)."""
     if not (a.flags.c_contiguous and a.flags.writeable):
         raise NativeUnavailable("buffer is not a writable C-contiguous array")
     return a.ctypes.data
@@ -116,26 +119,14 @@ def _placement12(M) -> np.ndarray:
     return np.concatenate((np.asarray(M.rotation).reshape(-1), np.asarray(M.translation)))
 
 
-class _Owner:
-    """Owns one C++ object (``handle``), freed by the library function ``_free`` when collected."""
-
-    _free: str
-
-    def __del__(self):
-        handle, self.handle = getattr(self, "handle", None), None
-        if handle:
-            getattr(self.lib, self._free)(handle)
-
-
-class Engine(_Owner):
+class Engine:
     """The Pinocchio pass in C++, writing into a formulation's ``terms`` and ``contacts``.
 
     After :meth:`update` (state in ``terms.q``, ``terms.v``): ``terms.M``, ``terms.h``,
     ``contacts.J``, ``drift``, ``position`` and ``rotation`` hold what the Python pass
-    computes; ``terms.data`` is not refreshed.
+    computes; ``terms.data`` is not refreshed. ``handle`` is the C object's address (for
+    the compiled loop's plan); the binding frees it with this object.
     """
-
-    _free = "idyn_engine_free"
 
     def __init__(self, model, terms, contacts):
         self.lib = load()
@@ -167,21 +158,20 @@ class Engine(_Owner):
         contact_ids = np.asarray(model.contact_frame_ids, dtype=np.int32)
         armature = np.ascontiguousarray(pm.armature, dtype=float)
         gravity = np.asarray(pm.gravity.linear, dtype=float).copy()
-        err = ctypes.create_string_buffer(512)
         self.terms, self.contacts = terms, contacts
         cs = contacts
-        self.handle = self.lib.idyn_engine_new(
-            nj, _addr(parents), _addr(kinds), _addr(axes), _addr(placements), _addr(inertias), _addr(armature),
-            _addr(gravity), nf, _addr(frame_parents), _addr(frame_placements), model.n_base, cs.size,
-            _addr(contact_ids), _addr(terms.M), _addr(terms.h), _addr(cs.J), _addr(cs.drift), _addr(cs.position),
-            _addr(cs.rotation), _addr(terms.q), _addr(terms.v), err, len(err))
-        if not self.handle:
-            raise NativeUnavailable(f"native model: {err.value.decode(errors='replace')}")
-        self._update = self.lib.idyn_engine_update
+        try:
+            self._ext = self.lib.Engine(parents, kinds, axes, placements, inertias, armature, gravity, frame_parents,
+                                        frame_placements, model.n_base, contact_ids, terms.M, terms.h, cs.J,
+                                        cs.drift, cs.position, cs.rotation, terms.q, terms.v)
+        except RuntimeError as err:
+            raise NativeUnavailable(f"native model: {err}") from None
+        self.handle = self._ext.handle
+        self.update = self._ext.update  # one binding call per tick, no Python frame in between
         self._self_check(model)
 
-    def update(self) -> None:
-        self._update(self.handle)
+    def update(self) -> None:  # the instance attribute (the binding's method) is what runs
+        self._ext.update()
 
     def _self_check(self, model) -> None:
         """Compare with Python Pinocchio at a random state: a mistranslated model never runs."""
@@ -210,47 +200,60 @@ class Engine(_Owner):
 
 
 class _TauMax:
-    """Address of the model's effort limits, refreshed if the array is replaced."""
+    """The model's effort limits as the compiled solver reads them, re-bound if the model
+    replaces its array."""
 
     def __init__(self, model):
         self.model = model
-        self.array = model.tau_max
-        self.addr = _addr(self.array)
+        self.array = np.ascontiguousarray(model.tau_max, dtype=float)
+        model.tau_max = self.array
+        self.solver = None  # the binding's solver, told of a new array
 
-    def address(self) -> int:
+    def check(self) -> None:
         if self.model.tau_max is not self.array:
             self.array = np.ascontiguousarray(self.model.tau_max, dtype=float)
             self.model.tau_max = self.array
-            self.addr = _addr(self.array)
-        return self.addr
+            self.solver.set_tau_max(self.array)
+
+    def address(self) -> int:
+        self.check()
+        return _addr(self.array)
 
 
-class Wbc(_Owner):
+def _bind_solver(make, *args):
+    """The binding's solver object, or NativeUnavailable with the reason."""
+    try:
+        return make(*args)
+    except RuntimeError as err:
+        raise NativeUnavailable(str(err)) from None
+
+
+class Wbc:
     """``wbc_qp`` in C++ (solvers.cpp ``wbc_solve``)."""
-
-    _free = "idyn_wbc_free"
 
     def __init__(self, engine: Engine, formulation):
         self.lib, self.engine, self.f = engine.lib, engine, formulation
-        cs, o = formulation.contacts, formulation.options
-        self.handle = self.lib.idyn_wbc_new(engine.handle, _addr(cs.friction_rows), int(bool(o["warm_start"])),
-                                            float(o["eps_abs"]))
-        if not self.handle:
-            raise NativeUnavailable("native wbc_qp could not be created")
+        cs, o, f = formulation.contacts, formulation.options, formulation
         self.weights = np.zeros(5)
         self.info = np.zeros(3)  # iterations, solve time [s], torque limits dropped (0/1)
         self.tasks = np.zeros((0, TASK_STRIDE))
-        self._solve = self.lib.idyn_wbc_solve
-        f = formulation
-        self._addrs = (_addr(f.qdd_des), _addr(cs.active), _addr(self.weights))
-        self._out = (_addr(f.qdd), _addr(f.tau), _addr(f.forces), _addr(self.info))
         self._tau_max = _TauMax(f.model)
+        self._ext = _bind_solver(self.lib.Wbc, engine._ext, cs.friction_rows, bool(o["warm_start"]),
+                                 float(o["eps_abs"]), f.qdd_des, cs.active, self.weights, self._tau_max.array,
+                                 f.qdd, f.tau, f.forces, self.info)
+        self._tau_max.solver = self._ext
+        self._ext.set_tasks(self.tasks)
+        self.handle = self._ext.handle
+        # addresses for the compiled loop's plan: (qdd_des, active, weights), (qdd, tau, forces, info)
+        a = self._ext.addresses
+        self._addrs, self._out = a[:3], a[4:]
         self._tasks_addr = None
 
     def add_task_row(self) -> np.ndarray:
         """Grow the task buffer by one row; returns the new buffer (tasks re-point their views)."""
         self.tasks = np.vstack((self.tasks, np.zeros((1, TASK_STRIDE))))
-        self._tasks_addr = _addr(self.tasks)
+        self._ext.set_tasks(self.tasks)
+        self._tasks_addr = self._ext.tasks_address
         return self.tasks
 
     def solve(self, tasks) -> tuple[int, int, float]:
@@ -260,51 +263,48 @@ class Wbc(_Owner):
         for i, task in enumerate(tasks):
             row = buf[i]
             row[0], row[1], row[11], row[12] = task.frame_id, task.weight, task.kp, task.kd
-        a = self._addrs
-        status = self._solve(self.handle, a[0], a[1], f.contacts.version, a[2], self._tau_max.address(),
-                             len(tasks), self._tasks_addr, *self._out)
+        self._tau_max.check()
+        status = self._ext.solve(f.contacts.version, len(tasks))
         return status, int(self.info[0]), float(self.info[1])
 
     def reset(self) -> None:
-        self.lib.idyn_wbc_reset(self.handle)
+        self._ext.reset()
 
     @property
     def torque_limits_dropped(self) -> int:
         """Ticks solved without the torque limits (compiled ticks of the node's loop included)."""
-        return int(self.lib.idyn_wbc_torque_limits_dropped(self.handle))
+        return int(self._ext.torque_limits_dropped)
 
 
-class QpContact(_Owner):
+class QpContact:
     """``qp_coulomb`` / ``qp_noslip`` in C++ (solvers.cpp ``qpc_solve``)."""
-
-    _free = "idyn_qpc_free"
 
     def __init__(self, engine: Engine, formulation):
         self.lib, self.engine, self.f = engine.lib, engine, formulation
-        cs, o = formulation.contacts, formulation.options
-        self.handle = self.lib.idyn_qpc_new(engine.handle, formulation.dt, int(formulation.infinite_friction),
-                                            int(bool(o["warm_start"])), float(o["eps_abs"]), _addr(formulation.pyramid),
-                                            _addr(cs.basis), _addr(cs.phi))
-        if not self.handle:
-            raise NativeUnavailable("native qp_contact could not be created")
+        cs, o, f = formulation.contacts, formulation.options, formulation
         self.options = np.zeros(5)
         self.info = np.zeros(6)
-        self._solve = self.lib.idyn_qpc_solve
-        f = formulation
-        self._addrs = (_addr(f.qdd_des), _addr(cs.active), _addr(self.options))
-        self._out = (_addr(f.qdd), _addr(f.tau), _addr(f.forces), _addr(self.info))
         self._tau_max = _TauMax(f.model)
+        self._ext = _bind_solver(self.lib.Qpc, engine._ext, f.dt, bool(f.infinite_friction), bool(o["warm_start"]),
+                                 float(o["eps_abs"]), f.pyramid, cs.basis, cs.phi, f.qdd_des, cs.active, self.options,
+                                 self._tau_max.array, f.qdd, f.tau, f.forces, self.info)
+        self._tau_max.solver = self._ext
+        self._solve = self._ext.solve
+        self.handle = self._ext.handle
+        # addresses for the compiled loop's plan: (qdd_des, active, options), (qdd, tau, forces, info)
+        a = self._ext.addresses
+        self._addrs, self._out = a[:3], a[4:]
 
     def solve(self) -> tuple[int, int, float]:
         f, o, opt = self.f, self.f.options, self.options
         opt[0], opt[1], opt[2] = bool(o["stage2"]), bool(o["torque_limits"]), bool(o["fast_path"])
         opt[3], opt[4] = DISSIPATION.index(o["dissipation"]), o["friction_margin"]
-        a = self._addrs
-        status = self._solve(self.handle, a[0], a[1], f.contacts.version, a[2], self._tau_max.address(), *self._out)
+        self._tau_max.check()
+        status = self._solve(f.contacts.version)
         return status, int(self.info[0]), float(self.info[1])
 
     def reset(self) -> None:
-        self.lib.idyn_qpc_reset(self.handle)
+        self._ext.reset()
 
 
 class Rnea:
@@ -337,15 +337,15 @@ class KinematicLayer:
     def __init__(self, engine: Engine, controller):
         self.lib, self.engine, self.controller = engine.lib, engine, controller
         arrays = [getattr(controller, name) for name in KL_REFS]
-        self._arrays = arrays  # keep them alive and check they are not replaced
-        self.refs = np.array([_addr(a) for a in arrays], dtype=np.uint64)
+        self._arrays = arrays  # check they are not replaced (the binding keeps them alive)
         self.joint_q_index = np.asarray(controller.model.joint_q_index, dtype=np.int32).copy()
         self.mask = np.zeros(len(controller.model.contacts), dtype=bool)
         self.gains = np.zeros(len(KL_GAINS))
         self.qdd = controller.qdd_des
-        self._args = (engine.handle, _addr(self.refs), _addr(self.joint_q_index), _addr(controller.swing),
-                      _addr(self.mask), _addr(self.gains), _addr(self.qdd))
-        self._call = self.lib.idyn_kinematic_layer
+        self._ext = self.lib.KinematicLayer(engine._ext, arrays, self.joint_q_index, controller.swing, self.mask,
+                                            self.gains, self.qdd)
+        self._args = self._ext.args  # the call's arguments as addresses, for the compiled loop's plan
+        self._call = self._ext.compute
 
     def compute(self, contact_mask) -> np.ndarray:
         c, g = self.controller.config, self.gains
@@ -353,7 +353,7 @@ class KinematicLayer:
             c.base_kp, c.base_kd, c.base_weight, c.foot_kp, c.foot_kd, c.swing_weight, c.stance_weight,
             c.posture_weight, c.damping)
         self.mask[:] = contact_mask
-        self._call(*self._args)
+        self._call()
         return self.qdd
 
     def valid(self) -> bool:

@@ -1,57 +1,134 @@
-"""Compile the native tick: ``python -m idyn_control.native.build`` (``idyn-control build-native``).
+"""How the compiled tick is built: the package's own build runs this (``setup.py``).
 
-The library is header-only C++ on Pinocchio, ProxQP and Eigen: nothing is linked but
-the C++ runtime. Headers are found, in order, in ``IDYN_NATIVE_INCLUDE`` (``:``-separated),
-the pip wheels' prefix (``cmeel.prefix/include`` of pin, proxsuite and cmeel-eigen), a
-ROS 2 install (``/opt/ros/<distro>/include``) and the system (``/usr/include/eigen3``).
-The output's name carries a hash of the sources and flags, so a stale build is never loaded.
+``pip install .``, ``pip install -e .`` and ``colcon build`` (ament_python runs
+``setup.py``) all build two optional extension modules with setuptools and pybind11:
+
+- ``idyn_control.native._native``: the compiled tick (``engine.cpp``, ``solvers.cpp``) and
+  its binding (``bindings.cpp``). Header-only Pinocchio, ProxQP and Eigen: nothing is
+  linked but the C++ runtime. Headers are found, in order, in ``IDYN_NATIVE_INCLUDE``
+  (``:``-separated), the pip wheels' prefix (``cmeel.prefix/include`` of pin, proxsuite and
+  cmeel-eigen: the installed ones, or pip's build environment's), a ROS 2 install
+  (``$AMENT_PREFIX_PATH``, ``/opt/ros/<distro>/include``) and the system
+  (``/usr/include/eigen3``).
+- ``idyn_control.native._rt``: the node's compiled loop (``rt.cpp``, ``rt_bindings.cpp``),
+  linked to rcl, rmw and rcutils, built only when a ROS 2 prefix with rcl's headers and
+  libraries is found (the ros-* wheels' venv, a sourced or installed ``/opt/ros/<distro>``).
+
+A module that cannot be built (no compiler, no headers, no pybind11, a compile error) is
+skipped, the install still succeeds and the formulations run their Python code; why is
+written to ``_build_info.json`` beside the modules, which :mod:`idyn_control.native` reports.
+Flags are portable (``-O3``, the compiler's default target); ``IDYN_NATIVE_MARCH=native``
+(or another ``-march`` value) opts a local build into the build machine's instructions.
+
+``idyn-control build-native`` (:func:`main`) rebuilds the modules in place (beside the
+sources, where the package is installed) with the same configuration.
+
+Only the standard library (and setuptools when building) is imported here: ``setup.py``
+loads this file by path in pip's isolated build environment, without the package's
+dependencies.
 """
 
 from __future__ import annotations
 
-import hashlib
+import json
 import os
 import shutil
-import subprocess
 import sys
 import sysconfig
-import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 SOURCE_DIR = Path(__file__).resolve().parent
-SOURCES = ("engine.cpp", "solvers.cpp")
-RT_SOURCE = "rt.cpp"  # the node's compiled input → command path: rcl only, built when rcl is found
-RT_LIBS = ("-lrcl", "-lrmw", "-lrcutils")
-HEADERS = ("native.hpp",)
+PACKAGE = "idyn_control.native"
+NATIVE_MODULE = "_native"
+RT_MODULE = "_rt"
+NATIVE_SOURCES = ("engine.cpp", "solvers.cpp", "bindings.cpp")
+RT_SOURCES = ("rt.cpp", "rt_bindings.cpp")  # the node's compiled input → command path: rcl only
+HEADERS = ("native.hpp", "api.h", "rt_api.h")
+RT_LIBS = ("rcl", "rmw", "rcutils")
 #: as Pinocchio's CMake config exports them (its joint variant needs the larger MPL limits)
 DEFINES = ("-DNDEBUG", "-DBOOST_MPL_LIMIT_LIST_SIZE=30", "-DBOOST_MPL_LIMIT_VECTOR_SIZE=30",
            "-DBOOST_MPL_CFG_NO_PREPROCESSED_HEADERS", "-DBOOST_FUSION_INVOKE_MAX_ARITY=12")
-FLAGS = ("-std=c++17", "-O3", "-march=native", "-fPIC", "-w")
+#: portable: no -march (the compiler's default target); -g0 overrides Python's -g (the
+#: Pinocchio templates' debug information would be hundreds of MB)
+FLAGS = ("-std=c++17", "-O3", "-g0", "-fvisibility=hidden", "-w")
+#: opt-in for local builds: IDYN_NATIVE_MARCH=native adds -march=native
+MARCH_ENV = "IDYN_NATIVE_MARCH"
+#: written beside the modules: what was built, with which flags, and why not
+BUILD_INFO = "_build_info.json"
 
 
 class BuildError(RuntimeError):
-    """The native library could not be compiled; the message says what was missing."""
+    """A module cannot be built here; the message says what is missing."""
 
 
-def compiler() -> str | None:
-    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
+def compile_flags() -> list[str]:
+    flags = [*FLAGS, *DEFINES]
+    march = os.environ.get(MARCH_ENV, "").strip()
+    if march:
+        flags += [f"-march={march}", f'-DIDYN_NATIVE_MARCH="{march}"']
+    return flags
 
 
-def source_hash() -> str:
-    h = hashlib.sha1()
-    for name in SOURCES + HEADERS:
-        h.update((SOURCE_DIR / name).read_bytes())
-    h.update(" ".join(DEFINES + FLAGS).encode())
-    return h.hexdigest()[:12]
+def _include_roots() -> list[Path]:
+    roots = [Path(p) for p in os.environ.get("IDYN_NATIVE_INCLUDE", "").split(":") if p]
+    for key in ("purelib", "platlib"):  # the target environment (also under pip's build isolation)
+        roots.append(Path(sysconfig.get_paths()[key]) / "cmeel.prefix" / "include")
+    for entry in sys.path:  # pip's build environment, other site directories
+        roots.append(Path(entry) / "cmeel.prefix" / "include")
+    for prefix in _ament_prefixes():
+        roots.append(prefix / "include")
+        roots.append(prefix / "opt" / "pybind11_vendor" / "include")
+    roots.append(Path("/usr/local/include"))
+    roots.append(Path("/usr/include"))
+    return roots
 
 
-def library_name() -> str:
-    return f"_idyn_native-{source_hash()}.so"
+def _ament_prefixes() -> list[Path]:
+    prefixes = [Path(p) for p in os.environ.get("AMENT_PREFIX_PATH", "").split(":") if p]
+    if Path("/opt/ros").is_dir():
+        prefixes += sorted(Path("/opt/ros").glob("*"))
+    return prefixes
+
+
+def _find(needed: dict[str, str], roots: list[Path]) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for root in roots:
+        for key, probe in needed.items():
+            if key in found:
+                continue
+            for base in (root, root / "eigen3"):
+                if (base / probe).exists():
+                    found[key] = base
+                    break
+    return found
+
+
+def include_dirs() -> list[Path]:
+    """Directories providing pinocchio/, proxsuite/, boost/ and Eigen/ headers."""
+    needed = {"pinocchio": "pinocchio/algorithm/crba.hpp", "proxsuite": "proxsuite/proxqp/dense/dense.hpp",
+              "boost": "boost/variant.hpp", "eigen": "Eigen/Core"}
+    found = _find(needed, _include_roots())
+    missing = sorted(set(needed) - set(found))
+    if missing:
+        raise BuildError(f"headers not found for {', '.join(missing)}; install the pinned requirements "
+                         "(pip: pin, proxsuite, cmeel-eigen; ROS: pinocchio, proxsuite, eigen) or set "
+                         "IDYN_NATIVE_INCLUDE")
+    return list(dict.fromkeys(found.values()))
+
+
+def pybind11_include() -> Path:
+    """pybind11's headers: the Python package's, else a system or ROS install's."""
+    try:
+        import pybind11
+
+        return Path(pybind11.get_include())
+    except ImportError:
+        pass
+    found = _find({"pybind11": "pybind11/pybind11.h"}, _include_roots())
+    if not found:
+        raise BuildError("pybind11 not found (pip: pybind11; ROS: pybind11_vendor or pybind11-dev)")
+    return found["pybind11"]
 
 
 def ros_prefix() -> Path | None:
@@ -59,7 +136,7 @@ def ros_prefix() -> Path | None:
     /opt/ros/<distro>): it has include/rcl/rcl/publisher.h and lib/librcl.so."""
     prefixes = [Path(p) for p in os.environ.get("AMENT_PREFIX_PATH", "").split(":") if p]
     prefixes += [Path(sys.prefix), Path(sysconfig.get_paths()["data"])]
-    try:  # the prefix the imported rclpy lives in
+    try:  # the prefix the imported rclpy lives in (not importable under pip's build isolation)
         import rclpy
 
         prefixes.insert(0, Path(rclpy.__file__).resolve().parents[4])
@@ -72,166 +149,155 @@ def ros_prefix() -> Path | None:
     return None
 
 
-def rt_library_name(prefix: Path) -> str:
-    h = hashlib.sha1((SOURCE_DIR / RT_SOURCE).read_bytes())
-    h.update(" ".join(FLAGS + RT_LIBS).encode())
-    h.update(str(prefix).encode())
-    return f"_idyn_rt-{h.hexdigest()[:12]}.so"
+def _relative(name: str, root: Path) -> str:
+    return os.path.relpath(SOURCE_DIR / name, root)
 
 
-def rt_library_path() -> Path | None:
-    """The built rt library for the current sources and ROS prefix, if any."""
-    prefix = ros_prefix()
-    if prefix is None:
-        return None
-    for d in candidate_dirs():
-        if (d / rt_library_name(prefix)).exists():
-            return d / rt_library_name(prefix)
-    return None
+def extensions(root: Path) -> tuple[list, dict[str, str]]:
+    """The extension modules that can be attempted here (sources relative to ``root``, the
+    directory holding ``idyn_control/``) and, for each module left out, why."""
+    from setuptools import Extension
 
-
-def build_rt(out_dir: Path | None = None, *, log=print) -> Path | None:
-    """Compile rt.cpp against the ROS 2 prefix in use (seconds); None without ROS 2."""
-    prefix = ros_prefix()
-    if prefix is None:
-        log("native: no ROS 2 prefix with rcl headers: the node's compiled loop is not built")
-        return None
-    cxx = compiler()
-    if cxx is None:
-        raise BuildError("no C++ compiler (c++, g++ or clang++; set CXX): install g++")
-    dirs = [out_dir] if out_dir else candidate_dirs()
-    target_dir = next((d for d in dirs if _writable(d)), None)
-    if target_dir is None:
-        raise BuildError(f"none of {', '.join(map(str, dirs))} is writable")
-    target = target_dir / rt_library_name(prefix)
-    includes = [f"-I{d}" for d in sorted((prefix / "include").iterdir()) if d.is_dir()]
-    lib = prefix / "lib"
-    t0 = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp:
-        partial = Path(tmp) / target.name
-        cmd = [cxx, *FLAGS, "-shared", *includes, str(SOURCE_DIR / RT_SOURCE), "-o", str(partial),
-               f"-L{lib}", f"-Wl,-rpath,{lib}", *RT_LIBS, "-lpthread"]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode:
-            raise BuildError(f"compiling {RT_SOURCE} failed:\n{proc.stderr[-4000:]}")
-        shutil.move(str(partial), target)
-    for old in target_dir.glob("_idyn_rt-*.so"):
-        if old != target:
-            old.unlink(missing_ok=True)
-    log(f"native: built {target} in {time.monotonic() - t0:.0f} s")
-    return target
-
-
-def candidate_dirs() -> list[Path]:
-    """Where a built library may live: beside the sources, else a per-user cache."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "idyn_control"
-    return [SOURCE_DIR, cache]
-
-
-def _include_roots() -> list[Path]:
-    roots = [Path(p) for p in os.environ.get("IDYN_NATIVE_INCLUDE", "").split(":") if p]
-    for key in ("purelib", "platlib"):
-        roots.append(Path(sysconfig.get_paths()[key]) / "cmeel.prefix" / "include")
-    for entry in sys.path:
-        roots.append(Path(entry) / "cmeel.prefix" / "include")
-    ros = Path("/opt/ros")
-    if ros.is_dir():
-        roots.extend(sorted(ros.glob("*/include")))
-    roots.append(Path("/usr/local/include"))
-    roots.append(Path("/usr/include"))
-    return roots
-
-
-def include_dirs() -> list[Path]:
-    """Directories providing pinocchio/, proxsuite/, boost/ and Eigen/ headers."""
-    needed = {"pinocchio": "pinocchio/algorithm/crba.hpp", "proxsuite": "proxsuite/proxqp/dense/dense.hpp",
-              "boost": "boost/variant.hpp", "eigen": "Eigen/Core"}
-    found: dict[str, Path] = {}
-    for root in _include_roots():
-        for key, probe in needed.items():
-            if key in found:
-                continue
-            for base in (root, root / "eigen3"):
-                if (base / probe).exists():
-                    found[key] = base
-                    break
-    missing = sorted(set(needed) - set(found))
-    if missing:
-        raise BuildError(f"headers not found for {', '.join(missing)}; install the pinned requirements "
-                         "(pip: pin, proxsuite, cmeel-eigen) or set IDYN_NATIVE_INCLUDE")
-    dirs: list[Path] = []
-    for d in found.values():
-        if d not in dirs:
-            dirs.append(d)
-    return dirs
-
-
-def build(out_dir: Path | None = None, *, log=print) -> Path:
-    """Compile the library (about two minutes on two cores) and return its path."""
-    cxx = compiler()
-    if cxx is None:
-        raise BuildError("no C++ compiler (c++, g++ or clang++; set CXX): install g++")
-    includes = [f"-I{d}" for d in include_dirs()]
-    dirs = [out_dir] if out_dir else candidate_dirs()
-    target_dir = next((d for d in dirs if _writable(d)), None)
-    if target_dir is None:
-        raise BuildError(f"none of {', '.join(map(str, dirs))} is writable")
-    target = target_dir / library_name()
-    t0 = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp:
-        def compile_one(src: str) -> Path:
-            obj = Path(tmp) / (src + ".o")
-            cmd = [cxx, *FLAGS, *DEFINES, *includes, "-c", str(SOURCE_DIR / src), "-o", str(obj)]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode:
-                raise BuildError(f"compiling {src} failed:\n{proc.stderr[-4000:]}")
-            return obj
-
-        with ThreadPoolExecutor(max_workers=max(1, min(len(SOURCES), os.cpu_count() or 1))) as pool:
-            objects = list(pool.map(compile_one, SOURCES))
-        partial = Path(tmp) / target.name
-        proc = subprocess.run([cxx, "-shared", "-o", str(partial), *map(str, objects)], capture_output=True, text=True)
-        if proc.returncode:
-            raise BuildError(f"linking failed:\n{proc.stderr[-4000:]}")
-        shutil.move(str(partial), target)
-    for old in target_dir.glob("_idyn_native-*.so"):  # earlier builds of other sources
-        if old != target:
-            old.unlink(missing_ok=True)
-    log(f"native: built {target} in {time.monotonic() - t0:.0f} s")
-    return target
-
-
-def _writable(d: Path) -> bool:
+    skipped: dict[str, str] = {}
+    exts = []
     try:
-        d.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return False
-    return os.access(d, os.W_OK)
+        pybind = pybind11_include()
+    except BuildError as err:
+        return [], {NATIVE_MODULE: str(err), RT_MODULE: str(err)}
+    flags = compile_flags()
+    try:
+        exts.append(Extension(f"{PACKAGE}.{NATIVE_MODULE}", [_relative(s, root) for s in NATIVE_SOURCES],
+                              include_dirs=[str(pybind), *map(str, include_dirs())], language="c++",
+                              extra_compile_args=flags, depends=[_relative(h, root) for h in HEADERS]))
+    except BuildError as err:
+        skipped[NATIVE_MODULE] = str(err)
+    prefix = ros_prefix()
+    if prefix is None:
+        skipped[RT_MODULE] = ("no ROS 2 found at build time (rcl headers and librcl.so under $AMENT_PREFIX_PATH, "
+                              "the Python prefix or /opt/ros): the node's compiled loop is not built")
+    else:
+        ros_includes = sorted(str(d) for d in (prefix / "include").iterdir() if d.is_dir())
+        lib = str(prefix / "lib")
+        exts.append(Extension(f"{PACKAGE}.{RT_MODULE}", [_relative(s, root) for s in RT_SOURCES],
+                              include_dirs=[str(pybind), *ros_includes], language="c++",
+                              extra_compile_args=flags, depends=[_relative(h, root) for h in HEADERS],
+                              libraries=list(RT_LIBS), library_dirs=[lib],
+                              runtime_library_dirs=[lib]))
+    return exts, skipped
+
+
+def build_ext_class():
+    """setuptools' build_ext, made tolerant: a module that fails to build is reported, not fatal."""
+    from setuptools.command.build_ext import build_ext
+
+    class BuildExt(build_ext):
+        skipped: dict[str, str] = {}
+
+        def run(self):
+            self._reasons = dict(self.skipped)
+            self._times: dict[str, float] = {}
+            cxx = (self._compiler_name() if self.extensions else None)
+            if self.extensions and cxx and shutil.which(cxx) is None:
+                for ext in self.extensions:
+                    self._reasons[ext.name.rsplit(".", 1)[1]] = f"no C++ compiler ({cxx}; set CXX or install g++)"
+                self.extensions = []
+            try:
+                super().run()
+            finally:
+                self._write_info()
+
+        def _compiler_name(self) -> str | None:
+            return os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++"
+
+        def build_extension(self, ext):
+            name = ext.name.rsplit(".", 1)[1]
+            t0 = time.monotonic()
+            self.announce(f"idyn_control: compiling {name} (a few minutes)", level=3)
+            try:
+                super().build_extension(ext)
+            except Exception as err:  # noqa: BLE001 - any failure leaves the Python formulations
+                text = str(err).strip().splitlines()
+                self._reasons[name] = f"compiling failed: {' '.join(text[-3:])[:400]}"
+                print(f"idyn_control: {name} not built: {self._reasons[name]}", file=sys.stderr)
+                return
+            self._times[name] = time.monotonic() - t0
+
+        def _write_info(self):
+            outs = [Path(self.get_ext_fullpath(f"{PACKAGE}.{NATIVE_MODULE}")).parent]
+            if self.inplace or getattr(self, "editable_mode", False):  # pip -e: the modules go to the sources
+                outs.append(Path(self.get_finalized_command("build_py").get_package_dir(PACKAGE)).resolve())
+            info = {"flags": compile_flags(), "python": sys.version.split()[0], "modules": {}}
+            for name in (NATIVE_MODULE, RT_MODULE):
+                if name in self._times:
+                    info["modules"][name] = {"built": True, "seconds": round(self._times[name], 1)}
+                else:
+                    info["modules"][name] = {"built": False,
+                                             "reason": self._reasons.get(name, "not attempted")}
+            for out in dict.fromkeys(outs):
+                out.mkdir(parents=True, exist_ok=True)
+                (out / BUILD_INFO).write_text(json.dumps(info, indent=1) + "\n")
+            for name, what in info["modules"].items():
+                print(f"idyn_control: {name}: " + ("built" if what["built"] else f"not built: {what['reason']}"),
+                      file=sys.stderr)
+
+    return BuildExt
+
+
+def distribution_class():
+    """setuptools' Distribution that always runs build_ext, so that a build with no module
+    to attempt (no pybind11 found) still records why."""
+    from setuptools import Distribution
+
+    class AlwaysBuildExt(Distribution):
+        def has_ext_modules(self):
+            return True
+
+    return AlwaysBuildExt
+
+
+def build_info(directory: Path = SOURCE_DIR) -> dict | None:
+    """The last build's record beside the modules, if any."""
+    try:
+        return json.loads((directory / BUILD_INFO).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Rebuild the modules in place, where the package is (``idyn-control build-native``)."""
     import argparse
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--force", action="store_true", help="rebuild even if an up-to-date library exists")
-    parser.add_argument("--out-dir", type=Path, help="where to write the library (default: beside the sources)")
+    parser = argparse.ArgumentParser(description="Rebuild the compiled tick in place (the package build "
+                                                 "does this on install)")
+    parser.add_argument("--force", action="store_true", help="recompile every source")
     args = parser.parse_args(argv)
     try:
-        up_to_date = [d / library_name() for d in ([args.out_dir] if args.out_dir else candidate_dirs())
-                      if (d / library_name()).exists()]
-        if up_to_date and not args.force:
-            print(f"native: up to date ({up_to_date[0]})")
-        else:
-            build(args.out_dir)
-        rt_path = rt_library_path()
-        if rt_path is not None and not args.force:
-            print(f"native: up to date ({rt_path})")
-        else:
-            build_rt(args.out_dir)
-    except BuildError as err:
-        print(f"native: {err}", file=sys.stderr)
+        from setuptools import Distribution
+    except ImportError:
+        print("native: setuptools is needed to build (pip install setuptools pybind11)", file=sys.stderr)
         return 1
-    return 0
+    root = SOURCE_DIR.parent.parent
+    if not os.access(SOURCE_DIR, os.W_OK):
+        print(f"native: {SOURCE_DIR} is not writable: reinstall the package instead (pip install .)",
+              file=sys.stderr)
+        return 1
+    exts, skipped = extensions(root)
+    cmd_class = build_ext_class()
+    cmd_class.skipped = skipped
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        dist = Distribution({"name": "idyn_control", "ext_modules": exts, "cmdclass": {"build_ext": cmd_class}})
+        cmd = dist.get_command_obj("build_ext")
+        cmd.inplace = True
+        cmd.force = args.force
+        cmd.build_temp = str(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "idyn_control" / "build")
+        cmd.ensure_finalized()
+        cmd.run()
+    finally:
+        os.chdir(cwd)
+    info = build_info() or {}
+    return 0 if info.get("modules", {}).get(NATIVE_MODULE, {}).get("built") else 1
 
 
 if __name__ == "__main__":

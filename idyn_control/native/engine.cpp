@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "api.h"
 #include "native.hpp"
 
 namespace pin = pinocchio;

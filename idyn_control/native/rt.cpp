@@ -39,13 +39,15 @@
 #include <rcutils/error_handling.h>
 #include <rmw/serialized_message.h>
 
+#include "rt_api.h"
+
 namespace {
 
 using EngineUpdate = void (*)(void*);
 using LayerFn = void (*)(void*, void*, void*, void*, void*, void*, void*);
 using QpcFn = int (*)(void*, void*, void*, long, void*, void*, void*, void*, void*, void*);
 using WbcFn = int (*)(void*, void*, void*, long, void*, void*, int, void*, void*, void*, void*, void*);
-using SlowFn = void (*)(const uint8_t* data, size_t size, int64_t received_ns, int64_t wake_ns);
+using SlowFn = idyn_rt_slow_fn;
 
 // Plan: what one fast tick works on (numpy buffers and native handles, addresses from
 // Python, idyn_control/native/rt.py PLAN_* names in this order).
@@ -90,6 +92,7 @@ struct Rt {
   const rcl_subscription_t* sub;
   const rcl_publisher_t* pub;
   SlowFn slow;
+  void* slow_ctx;  // the binding's object, passed back to slow
   int notify_fd;  // eventfd the bookkeeping thread waits on
   int priority;
   std::vector<int> cpus;
@@ -359,9 +362,13 @@ void run(Rt* rt) {
     const int64_t received_ns = info.received_timestamp ? info.received_timestamp : wake_ns;
     if (rt->fast.load(std::memory_order_acquire) && fast_tick(rt, received_ns, wake_ns, taken - 1)) continue;
     rt->counters[1] += 1;
-    rt->slow(rt->in.buffer, rt->in.buffer_length, received_ns, wake_ns);
+    rt->slow(rt->slow_ctx, rt->in.buffer, rt->in.buffer_length, received_ns, wake_ns);
   }
 }
+
+static_assert(P_COUNT == IDYN_RT_PLAN_SLOTS && V_COUNT == IDYN_RT_PLAN_VALUES && R_WIDTH == IDYN_RT_RECORD_WIDTH &&
+                  RING == IDYN_RT_RING && sizeof(Rt::counters) / sizeof(double) == IDYN_RT_COUNTERS,
+              "rt_api.h's layout (and native/rt.py's names) must follow rt.cpp's");
 
 }  // namespace
 
@@ -369,12 +376,13 @@ extern "C" {
 
 // sub, pub: rcl_subscription_t* / rcl_publisher_t* (rclpy handles' .pointer); cmd: the
 // command's CDR bytes (published as they are, the tick writes its efforts in place).
-void* idyn_rt_new(void* sub, void* pub, uint8_t* cmd, size_t cmd_size, SlowFn slow, int notify_fd,
+void* idyn_rt_new(void* sub, void* pub, uint8_t* cmd, size_t cmd_size, SlowFn slow, void* slow_ctx, int notify_fd,
                   int priority, const int* cpus, int n_cpus, int drain_every, int k, int na, int nv) {
   Rt* rt = new Rt();
   rt->sub = static_cast<const rcl_subscription_t*>(sub);
   rt->pub = static_cast<const rcl_publisher_t*>(pub);
   rt->slow = slow;
+  rt->slow_ctx = slow_ctx;
   rt->notify_fd = notify_fd;
   rt->priority = priority;
   rt->cpus.assign(cpus, cpus + n_cpus);

@@ -13,20 +13,21 @@ used). Bookkeeping (statistics, counters, monitoring) is left to a Python thread
 the fast ticks' records from a ring (:meth:`RtLoop.wait`, :meth:`RtLoop.take`): the loop
 thread never waits for Python in a routine tick.
 
-The library is built beside the main native library by ``idyn-control build-native`` when a
-ROS 2 prefix with rcl headers is found (the ros-* wheels' venv or ``/opt/ros/<distro>``).
+The module (``_rt``: ``rt.cpp`` and its pybind11 binding ``rt_bindings.cpp``) is built by
+the package's build beside the compiled tick when a ROS 2 prefix with rcl's headers and
+libraries is found (the ros-* wheels' venv or ``/opt/ros/<distro>``); see :mod:`.build`.
 """
 
 from __future__ import annotations
 
-import ctypes
+import importlib
 import os
 import select
-from ctypes import CFUNCTYPE, c_double, c_int, c_int64, c_size_t, c_uint8, c_void_p
+from types import ModuleType
 
 import numpy as np
 
-from . import NativeUnavailable, _addr, load
+from . import NativeUnavailable, _addr, _not_built_reason, load
 
 #: rt.cpp PlanSlot, in order
 PLAN_SLOTS = ("engine_update", "engine", "layer_fn", *(f"layer_arg{i}" for i in range(7)), "solver_fn",
@@ -44,58 +45,34 @@ RING = 1024
 #: rt.cpp counters
 COUNTERS = ("compiled_ticks", "python_ticks", "unknown_joint", "dropped_records")
 
-SLOW_CALLBACK = CFUNCTYPE(None, ctypes.POINTER(c_uint8), c_size_t, c_int64, c_int64)
-
-_lib: ctypes.CDLL | None = None
+_rt: ModuleType | None = None
 
 
-def load_rt() -> ctypes.CDLL:
-    """The rt library (rclpy must be imported first: it loads rcl); raises NativeUnavailable."""
-    global _lib
-    if _lib is not None:
-        return _lib
+def load_rt() -> ModuleType:
+    """The compiled loop's module (rclpy is imported first: it loads the rcl the module
+    links to); raises NativeUnavailable with the reason."""
+    global _rt
+    if _rt is not None:
+        return _rt
     load()  # the compiled tick itself
-    import rclpy  # noqa: F401 - loads librcl and the middleware the library links to
+    import rclpy  # noqa: F401 - loads librcl and the middleware the module links to
 
-    from . import build
-
-    path = build.rt_library_path()
-    if path is None:
-        raise NativeUnavailable("the node's compiled loop is not built (run: idyn-control build-native "
-                                "with ROS 2 available)")
     try:
-        lib = ctypes.CDLL(str(path))
-    except OSError as err:
-        raise NativeUnavailable(f"cannot load {path}: {err}") from None
-    P, I, D = c_void_p, c_int, c_double
-    lib.idyn_rt_new.restype = P
-    lib.idyn_rt_new.argtypes = [P, P, P, c_size_t, SLOW_CALLBACK, I, I, P, I, I, I, I, I]
-    lib.idyn_rt_start.restype = I
-    lib.idyn_rt_start.argtypes = [P]
-    for name in ("idyn_rt_stop", "idyn_rt_free", "idyn_rt_lock", "idyn_rt_unlock"):
-        getattr(lib, name).argtypes = [P]
-    lib.idyn_rt_plan.argtypes = [P, P, P, P, c_size_t]
-    lib.idyn_rt_sync.argtypes = [P, I, P, c_int64]
-    lib.idyn_rt_set_fast.argtypes = [P, I]
-    lib.idyn_rt_set_spin.argtypes = [P, D, D]
-    lib.idyn_rt_set_params.argtypes = [P, D, D]
-    lib.idyn_rt_set_base.argtypes = [P, P, P]
-    lib.idyn_rt_set_contacts.argtypes = [P, P]
-    lib.idyn_rt_records.restype = ctypes.POINTER(c_double)
-    lib.idyn_rt_records.argtypes = [P]
-    lib.idyn_rt_counters.restype = ctypes.POINTER(c_double)
-    lib.idyn_rt_counters.argtypes = [P]
-    lib.idyn_rt_last_tick.restype = D
-    lib.idyn_rt_last_tick.argtypes = [P]
-    lib.idyn_rt_pending.restype = I
-    lib.idyn_rt_pending.argtypes = [P, P]
-    lib.idyn_rt_consume.argtypes = [P, I]
-    _lib = lib
-    return lib
+        module = importlib.import_module("._rt", __package__)
+    except ImportError as err:
+        reason = _not_built_reason("_rt")
+        if "No module named" not in str(err):
+            reason += f" ({err})"
+        raise NativeUnavailable(f"the node's compiled loop: {reason}") from None
+    layout = (module.PLAN_SLOTS, module.PLAN_VALUES, module.RECORD_WIDTH, module.RING, module.COUNTERS)
+    if layout != (len(PLAN_SLOTS), len(PLAN_VALUES), len(RECORD), RING, len(COUNTERS)):
+        raise NativeUnavailable(f"the node's compiled loop has another layout {layout} than rt.py's")
+    _rt = module
+    return module
 
 
 def _fn(name: str) -> int:
-    return ctypes.cast(getattr(load(), name), c_void_p).value
+    return load().symbols[name]
 
 
 class RtLoop:
@@ -109,43 +86,34 @@ class RtLoop:
     def __init__(self, subscription_pointer: int, publisher_pointer: int, command_cdr: bytearray,
                  slow, *, priority: int, cpus: list[int], drain_every: int, k: int, na: int, nv: int):
         self.handle, self._notify = None, -1
-        self.lib = load_rt()
-        self._cmd = (ctypes.c_char * len(command_cdr)).from_buffer(command_cdr)
-        self._cpus = np.asarray(cpus or [0], dtype=np.int32)
+        module = load_rt()
         self._notify = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
-
-        def slow_cb(data, size, received_ns, wake_ns):
-            slow(ctypes.string_at(data, size), received_ns, wake_ns)
-
-        self._slow_cb = SLOW_CALLBACK(slow_cb)  # alive as long as the thread
-        self.handle = self.lib.idyn_rt_new(subscription_pointer, publisher_pointer, ctypes.addressof(self._cmd),
-                                           len(command_cdr), self._slow_cb, self._notify, int(priority),
-                                           _addr(self._cpus), len(cpus), int(drain_every), k, na, nv)
-        if not self.handle:
-            raise NativeUnavailable("the compiled loop could not be created")
-        self.records = np.ctypeslib.as_array(self.lib.idyn_rt_records(self.handle), shape=(RING, len(RECORD)))
-        self.counters = np.ctypeslib.as_array(self.lib.idyn_rt_counters(self.handle), shape=(len(COUNTERS),))
+        try:
+            self.handle = module.Loop(subscription_pointer, publisher_pointer, command_cdr, slow, self._notify,
+                                      int(priority), list(cpus or []), int(drain_every), k, na, nv)
+        except RuntimeError as err:
+            raise NativeUnavailable(str(err)) from None
+        self.records = self.handle.records  # views of the loop's memory (valid until close)
+        self.counters = self.handle.counters
         self._slots = np.zeros(len(PLAN_SLOTS), dtype=np.uint64)
         self._values = np.zeros(len(PLAN_VALUES))
-        self._names = b""
         self._mask = np.zeros(max(1, k), dtype=np.uint8)
-        self._first = ctypes.c_uint64(0)
 
     def start(self) -> None:
-        if self.lib.idyn_rt_start(self.handle) != 0:
+        if self.handle.start() != 0:
             raise NativeUnavailable("could not register the /joint_states callback with the middleware")
 
     def stop(self) -> None:
         """Stop the loop thread (waits for its tick); records stay readable until :meth:`close`."""
         if self.handle:
-            self.lib.idyn_rt_stop(self.handle)
+            self.handle.stop()
         self.wake_reader()
 
     def close(self) -> None:
         """Stop the thread and free everything; idempotent."""
         handle, self.handle = self.handle, None
         if handle:
-            self.lib.idyn_rt_free(handle)
+            handle.close()
         if self._notify >= 0:
             os.close(self._notify)
             self._notify = -1
@@ -168,14 +136,13 @@ class RtLoop:
         """The records not read yet, oldest first (a copy), or None; marks them read."""
         if not self.handle:
             return None
-        n = self.lib.idyn_rt_pending(self.handle, ctypes.byref(self._first))
+        n, first = self.handle.pending()
         if n <= 0:
             return None
-        first = self._first.value
         rows = self.records[first:first + n] if first + n <= RING else \
             np.concatenate((self.records[first:], self.records[:first + n - RING]))
         rows = rows.copy()
-        self.lib.idyn_rt_consume(self.handle, n)
+        self.handle.consume(n)
         return rows
 
     def plan(self, slots: dict[str, int], values: dict[str, float], names: bytes) -> None:
@@ -184,36 +151,35 @@ class RtLoop:
             self._slots[i] = slots.get(name, 0)
         for i, name in enumerate(PLAN_VALUES):
             self._values[i] = values[name]
-        self._names = bytes(names)
-        self.lib.idyn_rt_plan(self.handle, _addr(self._slots), _addr(self._values), self._names, len(self._names))
+        self.handle.plan(self._slots, self._values, bytes(names))
 
     def sync(self, fast: bool, mask: np.ndarray, stamp_ns: int) -> None:
         """After a Python tick: may the next ticks run compiled, with the mask and stamp it used."""
         self._mask[:mask.size] = mask
-        self.lib.idyn_rt_sync(self.handle, int(fast), _addr(self._mask), int(stamp_ns))
+        self.handle.sync(bool(fast), self._mask, int(stamp_ns))
 
     def set_fast(self, fast: bool) -> None:
         """From any thread: False hands the next tick to Python (a new reference, gain, state...)."""
         if self.handle:
-            self.lib.idyn_rt_set_fast(self.handle, int(fast))
+            self.handle.set_fast(bool(fast))
 
     def set_spin(self, seconds: float, period: float) -> None:
         """Poll for the next sample from ``seconds`` before its expected arrival (the last one's
         + ``period``) to ``seconds`` after, instead of sleeping through it (0: always sleep)."""
-        self.lib.idyn_rt_set_spin(self.handle, float(seconds), float(period))
+        self.handle.set_spin(float(seconds), float(period))
 
     def set_params(self, timeout: float, threshold: float) -> None:
-        self.lib.idyn_rt_set_params(self.handle, timeout, threshold)
+        self.handle.set_params(float(timeout), float(threshold))
 
     def set_base(self, q: np.ndarray, v: np.ndarray) -> None:
-        self.lib.idyn_rt_set_base(self.handle, q.ctypes.data, v.ctypes.data)
+        self.handle.set_base(q, v)
 
     def set_contacts(self, values: np.ndarray) -> None:
-        self.lib.idyn_rt_set_contacts(self.handle, values.ctypes.data)
+        self.handle.set_contacts(values)
 
     def last_tick(self) -> float:
         """CLOCK_MONOTONIC (``time.monotonic``) start of the last compiled tick [s]; 0 before one."""
-        return self.lib.idyn_rt_last_tick(self.handle) if self.handle else 0.0
+        return self.handle.last_tick() if self.handle else 0.0
 
     def counter(self, name: str) -> float:
         """One of :data:`COUNTERS` (read while the loop may be counting)."""
@@ -221,10 +187,10 @@ class RtLoop:
 
     def lock(self) -> None:
         """Wait for the loop thread's tick to end and keep it from starting one (GIL released)."""
-        self.lib.idyn_rt_lock(self.handle)
+        self.handle.lock()
 
     def unlock(self) -> None:
-        self.lib.idyn_rt_unlock(self.handle)
+        self.handle.unlock()
 
 
 def plan_for(node) -> tuple[dict[str, int], dict[str, float], bytes] | None:

@@ -15,6 +15,7 @@
 #include <new>
 #include <optional>
 
+#include "api.h"
 #include "native.hpp"
 
 namespace idyn {

@@ -210,6 +210,7 @@ class ControllerNode(LifecycleNode):
             self._option_specs[spec.name] = spec
         self.autostart: bool = parameters.value(self, config.SPEC["autostart"])
         self.loop_mode: str = parameters.value(self, config.SPEC["loop_mode"])
+        self._loop_fallback: str | None = None  # why loop_mode native fell back to triggered
         self.loop_priority: int = parameters.value(self, config.SPEC["loop_priority"])
         self.middleware_priority: int = parameters.value(self, config.SPEC["middleware_priority"])
         self.loop_spin_us: float = parameters.value(self, config.SPEC["loop_spin_us"])
@@ -257,6 +258,7 @@ class ControllerNode(LifecycleNode):
         self.get_logger().info(
             f"configured: {m!r}, formulation {self.ctrl.config.formulation}, {self.rate_hz:g} Hz "
             f"({self.loop_mode} loop), commands on {self._cmd_pub.topic_name} for {len(self.command_joints)} joints")
+        self.get_logger().info(f"loop: {self.loop_report()}")
         gc.collect()
         gc.freeze()  # everything built so far never needs scanning again
         return TransitionCallbackReturn.SUCCESS
@@ -485,9 +487,31 @@ class ControllerNode(LifecycleNode):
 
             rt.load_rt()
         except Exception as exc:  # noqa: BLE001 - any reason: say it, run the Python loop
+            self._loop_fallback = str(exc)
             self.get_logger().warning(f"loop_mode native unavailable ({exc}); running loop_mode triggered")
             return False
+        self._loop_fallback = None
         return True
+
+    def loop_report(self) -> str:
+        """Which loop runs the ticks and what computes them, with the reason when it is not the
+        compiled one (logged at configure, ``loop`` in /diagnostics)."""
+        from .. import native
+
+        f = self.ctrl.formulation
+        if f.backend == "native":
+            tick = f"compiled tick ({self.ctrl.config.formulation}, {native.status()[1]})"
+        else:
+            why = f.native_unavailable
+            if why is None:
+                why = ("backend python" if f.options.get("backend") == "python"
+                       else f"{self.ctrl.config.formulation} runs in Python only")
+            tick = f"Python tick ({why})"
+        if self.loop_mode == "native":
+            return f"native loop: {tick}"
+        chosen = (f"compiled loop unavailable: {self._loop_fallback}" if self._loop_fallback
+                  else f"loop_mode {self.loop_mode}")
+        return f"python {self.loop_mode} loop ({chosen}): {tick}"
 
     def _subscription_callback_for(self, topic: str):
         """The callback subscribed to ``topic`` (tests and introspection)."""
@@ -1127,6 +1151,8 @@ class ControllerNode(LifecycleNode):
         values: dict[str, Any] = {
             "mode": self._mode,
             "loop_mode": self.loop_mode,
+            "loop": self.loop_report(),
+            "backend": ctrl.formulation.backend,
             "update_rate_hz": self.rate_hz,
             "formulation": ctrl.config.formulation,
             "last_source": self._last_source,

@@ -1,0 +1,51 @@
+// The C interface of the compiled tick (engine.cpp, solvers.cpp), in one place.
+//
+// Two callers use it: the Python binding (bindings.cpp, pybind11) and the node's compiled
+// loop (rt.cpp), which receives these functions' addresses and calls them per tick without
+// Python. The definitions include this header, so a signature that drifts from its
+// declaration is a compile error, not a silent ABI mismatch.
+#pragma once
+
+#include <cstdint>
+
+// Sizes the C side reads (at least) from the buffers Python passes; keep them with the code
+// that reads them (engine.cpp idyn_kinematic_layer, solvers.cpp wbc_solve / qpc_solve).
+#define IDYN_KINEMATIC_LAYER_REFS 12  // reference arrays (native/__init__.py KL_REFS)
+#define IDYN_KINEMATIC_LAYER_GAINS 9  // gains and weights (KL_GAINS)
+#define IDYN_WBC_WEIGHTS 5            // w_base, w_posture, w_force, contact_gain, mass
+#define IDYN_WBC_INFO 3               // iterations, solve time, torque limits dropped
+#define IDYN_WBC_TASK_STRIDE 19       // numbers per task row (solvers.cpp TASK_STRIDE)
+#define IDYN_QPC_OPTIONS 5            // stage2, torque_limits, fast_path, dissipation, friction_margin
+#define IDYN_QPC_INFO 6               // iterations, time, fast-path ticks, stage2 failures, limited, dropped
+
+extern "C" {
+
+// engine.cpp
+void* idyn_engine_new(int njoints, const int* parents, const int* kinds, const double* axes,
+                      const double* placements, const double* inertias, const double* armature,
+                      const double* gravity, int nframes, const int* frame_parents,
+                      const double* frame_placements, int n_base, int k, const int* contact_frames,
+                      double* M, double* h, double* J, double* drift, double* position, double* rotation,
+                      double* q_buf, double* v_buf, char* err, int errlen);
+void idyn_engine_free(void* e);
+void idyn_engine_update(void* handle);
+void idyn_engine_point_task(void* handle, int frame, double* J, double* position, double* velocity, double* drift);
+void idyn_kinematic_layer(void* handle, const double* const* refs, const int* joint_q_index, const std::uint8_t* swing,
+                          const std::uint8_t* mask, const double* gains, double* qdd_out);
+
+// solvers.cpp
+void* idyn_wbc_new(void* engine, const double* friction_rows, int warm_start, double eps_abs);
+void idyn_wbc_free(void* w);
+void idyn_wbc_reset(void* w);
+int idyn_wbc_solve(void* w, const double* qdd_des, const std::uint8_t* active, long version, const double* weights,
+                   const double* tau_max, int n_tasks, double* tasks, double* qdd, double* tau, double* forces,
+                   double* info);
+long idyn_wbc_torque_limits_dropped(void* w);
+void* idyn_qpc_new(void* engine, double dt, int unilateral_only, int warm_start, double eps_abs,
+                   const double* friction_rows, const double* basis, const double* phi);
+void idyn_qpc_free(void* c);
+void idyn_qpc_reset(void* c);
+int idyn_qpc_solve(void* c, const double* qdd_des, const std::uint8_t* active, long version, const double* options,
+                   const double* tau_max, double* qdd, double* tau, double* forces, double* info);
+
+}  // extern "C"

@@ -1,0 +1,141 @@
+// The Python binding of the node's compiled loop (module idyn_control.native._rt, pybind11).
+//
+// One Loop owns one rt.cpp loop thread. Calls that may wait for that thread (start, stop,
+// close, lock) release the GIL: the thread takes the GIL to run a Python tick while it
+// holds its tick lock, so waiting for it with the GIL held would deadlock. The Python tick
+// is called through a trampoline that takes the GIL; an exception it lets out is reported
+// as unraisable (the loop thread cannot raise) and the loop goes on.
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "rt_api.h"
+
+namespace py = pybind11;
+
+namespace {
+
+template <class T>
+const T* input(const py::array& a, const char* name, py::ssize_t size) {
+  bool ok = a.itemsize() == sizeof(T) && (a.flags() & py::array::c_style) && a.size() >= size;
+  if constexpr (std::is_same_v<T, std::uint8_t>)
+    ok = ok && (a.dtype().kind() == 'b' || a.dtype().kind() == 'u');
+  else
+    ok = ok && py::isinstance<py::array_t<T>>(a);
+  if (!ok) throw py::value_error(std::string(name) + ": a C-contiguous array of " + std::to_string(size) + " elements");
+  return static_cast<const T*>(a.data());
+}
+
+struct Loop {
+  void* handle = nullptr;
+  py::object slow;       // slow(data: bytes, received_ns, wake_ns): the node's Python tick
+  py::bytearray command;  // the command's CDR bytes, published in place
+  int k, na, nv;
+
+  Loop(std::uintptr_t subscription, std::uintptr_t publisher, py::bytearray command_cdr, py::function slow_tick,
+       int notify_fd, int priority, const std::vector<int>& cpus, int drain_every, int k_, int na_, int nv_)
+      : slow(std::move(slow_tick)), command(std::move(command_cdr)), k(k_), na(na_), nv(nv_) {
+    if (!subscription || !publisher) throw py::value_error("null subscription or publisher");
+    const std::vector<int> cpu_list = cpus.empty() ? std::vector<int>{0} : cpus;
+    handle = idyn_rt_new(reinterpret_cast<void*>(subscription), reinterpret_cast<void*>(publisher),
+                         reinterpret_cast<std::uint8_t*>(PyByteArray_AsString(command.ptr())),
+                         static_cast<std::size_t>(PyByteArray_Size(command.ptr())), &Loop::trampoline, this,
+                         notify_fd, priority, cpu_list.data(), int(cpus.size()), drain_every, k, na, nv);
+    if (!handle) throw std::runtime_error("the compiled loop could not be created");
+  }
+  ~Loop() { close(); }
+  Loop(const Loop&) = delete;
+  Loop& operator=(const Loop&) = delete;
+
+  static void trampoline(void* ctx, const std::uint8_t* data, std::size_t size, std::int64_t received_ns,
+                         std::int64_t wake_ns) {
+    py::gil_scoped_acquire gil;
+    auto* self = static_cast<Loop*>(ctx);
+    try {
+      self->slow(py::bytes(reinterpret_cast<const char*>(data), size), received_ns, wake_ns);
+    } catch (py::error_already_set& err) {
+      err.discard_as_unraisable("idyn_control.native.rt: the Python tick");
+    }
+  }
+
+  void* h() const {
+    if (!handle) throw std::runtime_error("the compiled loop is closed");
+    return handle;
+  }
+  void close() {
+    void* h = handle;
+    handle = nullptr;
+    if (h) {
+      py::gil_scoped_release release;
+      idyn_rt_free(h);
+    }
+  }
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_rt, m) {
+  m.doc() = "The controller node's compiled loop (rt.cpp); use idyn_control.native.rt.";
+  m.attr("RING") = IDYN_RT_RING;
+  m.attr("RECORD_WIDTH") = IDYN_RT_RECORD_WIDTH;
+  m.attr("PLAN_SLOTS") = IDYN_RT_PLAN_SLOTS;
+  m.attr("PLAN_VALUES") = IDYN_RT_PLAN_VALUES;
+  m.attr("COUNTERS") = IDYN_RT_COUNTERS;
+
+  py::class_<Loop>(m, "Loop")
+      .def(py::init<std::uintptr_t, std::uintptr_t, py::bytearray, py::function, int, int, const std::vector<int>&,
+                    int, int, int, int>(),
+           py::arg("subscription"), py::arg("publisher"), py::arg("command_cdr"), py::arg("slow"),
+           py::arg("notify_fd"), py::arg("priority"), py::arg("cpus"), py::arg("drain_every"), py::arg("k"),
+           py::arg("na"), py::arg("nv"))
+      .def("start", [](Loop& l) { void* h = l.h(); py::gil_scoped_release r; return idyn_rt_start(h); })
+      .def("stop", [](Loop& l) { if (l.handle) { py::gil_scoped_release r; idyn_rt_stop(l.handle); } })
+      .def("close", &Loop::close)
+      .def("lock", [](Loop& l) { void* h = l.h(); py::gil_scoped_release r; idyn_rt_lock(h); })
+      .def("unlock", [](Loop& l) { idyn_rt_unlock(l.h()); })
+      .def("plan",
+           [](Loop& l, const py::array& slots, const py::array& values, const py::bytes& names) {
+             const std::string_view n = names;
+             idyn_rt_plan(l.h(), input<std::uint64_t>(slots, "slots", IDYN_RT_PLAN_SLOTS),
+                          input<double>(values, "values", IDYN_RT_PLAN_VALUES),
+                          reinterpret_cast<const std::uint8_t*>(n.data()), n.size());
+           })
+      .def("sync",
+           [](Loop& l, bool fast, const py::array& mask, std::int64_t stamp_ns) {
+             idyn_rt_sync(l.h(), fast, input<std::uint8_t>(mask, "mask", l.k), stamp_ns);
+           })
+      .def("set_fast", [](Loop& l, bool fast) { if (l.handle) idyn_rt_set_fast(l.handle, fast); })
+      .def("set_spin", [](Loop& l, double seconds, double period) { idyn_rt_set_spin(l.h(), seconds, period); })
+      .def("set_params", [](Loop& l, double timeout, double threshold) { idyn_rt_set_params(l.h(), timeout, threshold); })
+      .def("set_base",
+           [](Loop& l, const py::array& q, const py::array& v) {
+             idyn_rt_set_base(l.h(), input<double>(q, "q", 7), input<double>(v, "v", 6));
+           })
+      .def("set_contacts",
+           [](Loop& l, const py::array& values) { idyn_rt_set_contacts(l.h(), input<double>(values, "values", l.k)); })
+      .def("last_tick", [](Loop& l) { return l.handle ? idyn_rt_last_tick(l.handle) : 0.0; })
+      .def("pending",
+           [](Loop& l) {
+             std::uint64_t first = 0;
+             const int n = l.handle ? idyn_rt_pending(l.handle, &first) : 0;
+             return py::make_tuple(n, first);
+           })
+      .def("consume", [](Loop& l, int n) { idyn_rt_consume(l.h(), n); })
+      // views of the loop's memory, valid until close(); they keep the Loop object alive
+      .def_property_readonly("records",
+                             [](py::object self) {
+                               const auto& l = self.cast<const Loop&>();
+                               return py::array_t<double>({py::ssize_t(IDYN_RT_RING), py::ssize_t(IDYN_RT_RECORD_WIDTH)},
+                                                          idyn_rt_records(l.h()), self);
+                             })
+      .def_property_readonly("counters", [](py::object self) {
+        const auto& l = self.cast<const Loop&>();
+        return py::array_t<double>({py::ssize_t(IDYN_RT_COUNTERS)}, idyn_rt_counters(l.h()), self);
+      });
+}
