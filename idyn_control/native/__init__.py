@@ -86,6 +86,8 @@ def load() -> ctypes.CDLL:
     lib.idyn_wbc_reset.argtypes = [P]
     lib.idyn_wbc_torque_limits_dropped.restype = L
     lib.idyn_wbc_torque_limits_dropped.argtypes = [P]
+    lib.idyn_wbc_contacts_elastic.restype = L
+    lib.idyn_wbc_contacts_elastic.argtypes = [P]
     lib.idyn_wbc_solve.restype = I
     lib.idyn_wbc_solve.argtypes = [P, P, P, L, P, P, I, P, P, P, P, P]
     lib.idyn_qpc_new.restype = P
@@ -238,7 +240,9 @@ class Wbc(_Owner):
         if not self.handle:
             raise NativeUnavailable("native wbc_qp could not be created")
         self.weights = np.zeros(5)
-        self.info = np.zeros(3)  # iterations, solve time [s], torque limits dropped (0/1)
+        # iterations, solve time [s], torque limits dropped (0/1), contacts elastic (0/1),
+        # torque-limit excess [N·m], acceleration left at the contacts [m/s²]
+        self.info = np.zeros(6)
         self.tasks = np.zeros((0, TASK_STRIDE))
         self._solve = self.lib.idyn_wbc_solve
         f = formulation
@@ -272,6 +276,11 @@ class Wbc(_Owner):
     def torque_limits_dropped(self) -> int:
         """Ticks solved without the torque limits (compiled ticks of the node's loop included)."""
         return int(self.lib.idyn_wbc_torque_limits_dropped(self.handle))
+
+    @property
+    def contacts_elastic(self) -> int:
+        """Ticks solved with elastic contact rows (compiled ticks of the node's loop included)."""
+        return int(self.lib.idyn_wbc_contacts_elastic(self.handle))
 
 
 class QpContact(_Owner):
