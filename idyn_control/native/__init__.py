@@ -297,7 +297,10 @@ class QpContact(_Owner):
         if not self.handle:
             raise NativeUnavailable("native qp_contact could not be created")
         self.options = np.zeros(5)
-        self.info = np.zeros(6)
+        # iterations, solve time [s], fast-path ticks, Stage II failures, Stage II limited,
+        # non-penetration dropped, Stage I rescued (counts); non-penetration relaxed this
+        # tick (0/1) and by how much [m/s]
+        self.info = np.zeros(9)
         self._solve = self.lib.idyn_qpc_solve
         f = formulation
         self._addrs = (_addr(f.qdd_des), _addr(cs.active), _addr(self.options))

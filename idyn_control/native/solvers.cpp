@@ -31,6 +31,7 @@ constexpr double PROXQP_INFEASIBILITY_TOLERANCE = 1e-4;
 constexpr double STRICT_INFEASIBILITY_TOLERANCE = 1e-9;
 constexpr double ELASTIC_WEIGHT = 1e4;  // as qp.ELASTIC_WEIGHT
 constexpr double INCONSISTENT_ROWS = 100.0;  // as wbc_qp.INCONSISTENT_ROWS
+constexpr int RESCUE_MAX_ITER = 1000;        // as qp_contact.RESCUE_MAX_ITER
 constexpr int PYRAMID_ROWS = 5;
 constexpr double STAGE2_TIKHONOV = 1e-9;  // as qp_contact.STAGE2_TIKHONOV
 constexpr double STAGE1_TIKHONOV = 1e-7;  // as qp_contact.STAGE1_TIKHONOV
@@ -376,12 +377,14 @@ struct Qpc {
   double dt;
   bool unilateral_only;
   Qp stage1, stage2;
+  Qp stage1_unit;  // Stage I's last resort, per unit mass (qp_contact._rescue_stage1)
   const double* friction_rows;  // ContactSet.friction_rows (k x 5 x 3)
   const double* basis;          // ContactSet.basis (k x 3 x 3), rows t1, t2, n
   const double* phi;            // ContactSet.phi (k)
   long version = -1;
   bool stage2_ok = false, stage2_limited = true;
-  long fast_path_ticks = 0, stage2_failures = 0, non_penetration_dropped = 0;
+  long fast_path_ticks = 0, stage2_failures = 0, non_penetration_dropped = 0, stage1_rescued = 0;
+  double penetration = 0.0;  // Result.relaxed["non_penetration"] of the last tick [m/s]
   int effort_iterations = 0;
   double effort_time = 0.0;
   VectorXd f, f_unit, qdd, qdd_b, vq_plus, p, wv, tau0, tau1, v_plus, gap, base_wrench, rhs_h, vb_star, approach, cq;
@@ -392,7 +395,10 @@ struct Qpc {
       const double* phi_)
       : engine(e), d(engine_dims(*e)), dt(dt_), unilateral_only(unilateral),
         stage1(3 * d.k, 0, (PYRAMID_ROWS + 1) * d.k, warm, eps_abs, 100),
-        stage2(3 * d.k, d.nb, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100), friction_rows(rows), basis(basis_),
+        stage2(3 * d.k, d.nb, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100),
+        stage1_unit(3 * d.k, 0, (PYRAMID_ROWS + 1) * d.k, warm, eps_abs, RESCUE_MAX_ITER,
+                    STRICT_INFEASIBILITY_TOLERANCE),
+        friction_rows(rows), basis(basis_),
         phi(phi_), f(VectorXd::Zero(3 * d.k)), f_unit(VectorXd::Zero(3 * d.k)), qdd(VectorXd::Zero(d.nv)), qdd_b(d.nb), vq_plus(d.na), p(d.nb), wv(d.nb),
         tau0(d.na), tau1(d.na), v_plus(d.nv), gap(d.k), base_wrench(d.nb), rhs_h(d.nb), Z(d.nb, 3 * d.k),
         N(d.k, d.nv), rhs_b(d.nb, 1), A_chol(d.nb) {
@@ -469,6 +475,8 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
   c.qdd = Eigen::Map<const VectorXd>(qdd_des_p, nv);
   c.effort_iterations = 0;
   c.effort_time = 0.0;
+  c.penetration = 0.0;
+  bool relaxed_penetration = false;
   int status = SOLVED;
   int n_active = 0;
   for (int i = 0; i < k; ++i) n_active += active[i] ? 1 : 0;
@@ -583,20 +591,43 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
         s1.C.middleRows(r0, k).setZero();
         s1.l.segment(r0, k).setConstant(-INF);
         s1.infeasibility_tolerance = STRICT_INFEASIBILITY_TOLERANCE;
-        const int relaxed = s1.solve();
+        int relaxed = s1.solve();
         s1.infeasibility_tolerance = PROXQP_INFEASIBILITY_TOLERANCE;
         c.add_effort(s1);
+        c.f = s1.x;
+        if (relaxed != SOLVED) {
+          // once more per unit mass: f̂ = f/m, cost divided by m (qp_contact._rescue_stage1)
+          Qp& r = c.stage1_unit;
+          const double mass = t.M(0, 0);
+          r.H = mass * s1.H;
+          r.g = s1.g;
+          r.C = s1.C;
+          r.l = s1.l;
+          r.u = s1.u;
+          relaxed = r.solve();
+          c.add_effort(r);
+          c.f = mass * r.x;
+          if (relaxed == SOLVED) ++c.stage1_rescued;
+        }
         if (relaxed == SOLVED) {
           s1_status = status = SOLVED;
           ++c.non_penetration_dropped;
+          relaxed_penetration = true;
         }
-      }
-      if (s1_status == SOLVED)
+      } else {
         c.f = s1.x;
-      else
-        c.f.setZero();  // no usable forces: predict none (free fall), which is always safe
+      }
+      if (s1_status != SOLVED) c.f.setZero();  // no usable forces: predict none (free fall), which is always safe
       c.qdd.head(nb).noalias() = c.Z * c.f;
       c.qdd.head(nb) += c.p;
+      if (relaxed_penetration) {
+        // how much faster than the bound the answer lets a contact approach (_report_penetration)
+        c.v_plus = t.v + dt * c.qdd;
+        c.gap.noalias() = c.N * c.v_plus;
+        c.gap -= c.approach;
+        for (int i = 0; i < k; ++i)
+          if (active[i]) c.penetration = std::max(c.penetration, -c.gap[i]);
+      }
       if (stage2 && s1_status == SOLVED) {
         c.base_wrench.noalias() = Jb.transpose() * c.f;
         c.run_stage2(tau_max, torque_limits, -1);
@@ -626,6 +657,9 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
   info[3] = static_cast<double>(c.stage2_failures);
   info[4] = c.stage2_limited ? 1.0 : 0.0;
   info[5] = static_cast<double>(c.non_penetration_dropped);
+  info[6] = static_cast<double>(c.stage1_rescued);
+  info[7] = relaxed_penetration ? 1.0 : 0.0;
+  info[8] = c.penetration;
   return status;
 }
 
@@ -677,6 +711,7 @@ void idyn_qpc_free(void* c) { delete static_cast<idyn::Qpc*>(c); }
 void idyn_qpc_reset(void* c) {
   auto& q = *static_cast<idyn::Qpc*>(c);
   q.stage1.initialized = false;
+  q.stage1_unit.initialized = false;
   q.stage2.initialized = false;
   q.version = -1;
 }
