@@ -122,10 +122,6 @@ class _QpContact(Formulation):
         qp_args = dict(solver=o["solver"], warm_start=o["warm_start"], eps_abs=o["eps_abs"])
         # Stage I: pyramid rows + one non-penetration row per contact
         self.stage1 = QpSolver(n, 0, (PYRAMID_ROWS + 1) * k, **qp_args)
-        # Stage I's last resort, per unit mass (see _rescue_stage1)
-        self.stage1_unit = QpSolver(n, 0, (PYRAMID_ROWS + 1) * k, solver=o["solver"], warm_start=o["warm_start"],
-                                    eps_abs=o["eps_abs"], max_iter=RESCUE_MAX_ITER,
-                                    infeasibility_tolerance=STRICT_INFEASIBILITY_TOLERANCE)
         # Stage II: same base wrench (6 rows), pyramid rows, torque limits
         self.stage2 = QpSolver(n, nb, PYRAMID_ROWS * k + model.na, **qp_args)
         self.stage2_limited = True  # whether the last Stage II included torque limits
@@ -138,6 +134,10 @@ class _QpContact(Formulation):
         self._J = np.zeros((n, nv))
         self._f = np.zeros(n)
         self._f_unit = np.zeros(n)  # Stage II's variables: forces per unit mass
+        # Stage I's last resort, per unit mass (see _rescue_stage1)
+        self.stage1_unit = QpSolver(n, 0, (PYRAMID_ROWS + 1) * k, solver=o["solver"], warm_start=o["warm_start"],
+                                    eps_abs=o["eps_abs"], max_iter=RESCUE_MAX_ITER,
+                                    infeasibility_tolerance=STRICT_INFEASIBILITY_TOLERANCE)
         self._friction_version = -1  # contact-set version the friction blocks were built for
         #: the inscribed pyramid of eq. 72 per contact (the compiled tick reads it too)
         self.pyramid = np.zeros_like(self.contacts.friction_rows)
