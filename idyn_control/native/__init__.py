@@ -16,6 +16,7 @@ against Python Pinocchio at a random state before it is used.
 from __future__ import annotations
 
 import ctypes
+import weakref
 from ctypes import c_double, c_int, c_long, c_void_p
 from pathlib import Path
 
@@ -233,7 +234,10 @@ class Wbc(_Owner):
     _free = "idyn_wbc_free"
 
     def __init__(self, engine: Engine, formulation):
-        self.lib, self.engine, self.f = engine.lib, engine, formulation
+        # a weak reference: the formulation owns this, so a strong one made a cycle that
+        # only a full garbage collection freed (the node rebuilding its formulation on
+        # option changes kept ~1.6 MB per rebuild, bench/soak.py)
+        self.lib, self.engine, self.f = engine.lib, engine, weakref.proxy(formulation)
         cs, o = formulation.contacts, formulation.options
         self.handle = self.lib.idyn_wbc_new(engine.handle, _addr(cs.friction_rows), int(bool(o["warm_start"])),
                                             float(o["eps_abs"]))
@@ -289,7 +293,7 @@ class QpContact(_Owner):
     _free = "idyn_qpc_free"
 
     def __init__(self, engine: Engine, formulation):
-        self.lib, self.engine, self.f = engine.lib, engine, formulation
+        self.lib, self.engine, self.f = engine.lib, engine, weakref.proxy(formulation)  # as Wbc
         cs, o = formulation.contacts, formulation.options
         self.handle = self.lib.idyn_qpc_new(engine.handle, formulation.dt, int(formulation.infinite_friction),
                                             int(bool(o["warm_start"])), float(o["eps_abs"]), _addr(formulation.pyramid),
