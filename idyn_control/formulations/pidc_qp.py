@@ -86,9 +86,11 @@ _STATUS_RANK = {SOLVED: 0, "max_iter": 1, "infeasible": 2, "failed": 3}
 #: on 18 HyQ states where it was needed; ELASTIC_WEIGHT (1e4) made ProxQP stop at its cap
 #: on all 18
 FRICTION_SLACK_WEIGHT = 1e2
-#: accuracy of that QP [N·m, N]: at 1e-9 ProxQP stopped at its cap where stage I's torques
-#: sat on their limits to round-off (x = 0 then feasible only to ~1e-10)
-ELASTIC_EPS_ABS = 1e-7
+#: accuracy of the last resorts [N·m, N]: stage II's elastic QP (at 1e-9 ProxQP stopped at
+#: its cap where stage I's torques sat on their limits to round-off), and stage I again when
+#: ProxQP stopped at its cap (Solo12, a Hessian of condition 1e13: 1 iteration at 1e-7,
+#: 212 at 1e-9)
+LAST_RESORT_EPS_ABS = 1e-7
 #: weight of the torques [1/(N·m)² against 1/N² of the excess] when only the excess is
 #: minimized: Solo12 with toe and heel points, 27 of 300 random states where the penalty
 #: QP stopped at its cap (its cost's diagonal spans 1e-2 to 1e6) all solved in ≤ 33
@@ -240,9 +242,14 @@ class PidcQp(_ProjectedForceControl):
         self.qp_force = QpSolver(na, 0, 5 * k + na, **qp_args)
         # stage II's last resort: a slack s per friction row, D λ(x) − s ≤ 0, ½ w ‖s‖² in the cost
         self.qp_force_elastic = QpSolver(na + 5 * k, 0, 5 * k + na, solver=o["solver"], warm_start=o["warm_start"],
-                                         eps_abs=max(o["eps_abs"], ELASTIC_EPS_ABS),
+                                         eps_abs=max(o["eps_abs"], LAST_RESORT_EPS_ABS),
                                          infeasibility_tolerance=STRICT_INFEASIBILITY_TOLERANCE)
         self.qp_force_elastic.C[: 5 * k, na:] = -np.eye(5 * k)
+        # stage I's last resort: the same QP at the last resorts' accuracy
+        self.qp_motion_loose = QpSolver(na, 0, na, solver=o["solver"], warm_start=o["warm_start"],
+                                        eps_abs=max(o["eps_abs"], LAST_RESORT_EPS_ABS))
+        self.qp_motion_loose.C[:] = np.eye(na)
+        self.stage1_loose = 0  # ticks whose stage I needed it
         self.friction_elastic = 0  # ticks whose friction rows were elastic
         self._K = np.zeros((na, na))
         self._K_blocks = np.zeros((na, na))  # K with its rows ordered (B_m joints, B_f joints)
@@ -254,6 +261,7 @@ class PidcQp(_ProjectedForceControl):
 
     def reset(self):
         self.qp_motion.reset()
+        self.qp_motion_loose.reset()
         self.qp_force.reset()
         self.qp_force_elastic.reset()
 
@@ -314,6 +322,15 @@ class PidcQp(_ProjectedForceControl):
         free[:] = 0.0
         free[sel] = W_pinv @ y  # the optimum without limits (regularizer: min-norm)
         out1, n_active = self._solve_stage(qp, free, lambda: self._fill_motion_qp(W, Ns, y))
+        if not out1.ok:  # a box is always feasible: ProxQP's accuracy, not the problem
+            loose = self.qp_motion_loose
+            for a, b in ((loose.H, qp.H), (loose.g, qp.g), (loose.l, qp.l), (loose.u, qp.u)):
+                np.copyto(a, b)
+            retry = loose.solve()
+            if retry.ok:
+                out1 = QpOutcome(retry.x, retry.y, retry.z, retry.status, out1.iterations + retry.iterations,
+                                 out1.solve_time_s + retry.solve_time_s)
+                self.stage1_loose += 1
         tau_I = out1.x.copy()
 
         # stage II (eq. 26): torques K x with P B K = 0 leave the motion of stage I intact
@@ -453,6 +470,10 @@ class PidcQp(_ProjectedForceControl):
         e.C[:, :na] = qp.C
         np.copyto(e.l, qp.l)
         np.copyto(e.u, qp.u)
+        # x = 0 within the torque rows even where stage I's torques sit on a limit to
+        # round-off (else ProxQP's strict certificate calls the QP infeasible)
+        np.minimum(e.l[n_fr:], 0.0, out=e.l[n_fr:])
+        np.maximum(e.u[n_fr:], 0.0, out=e.u[n_fr:])
         out = e.solve()
         if not out.ok:
             # the penalty's conditioning defeated ProxQP (redundant contacts: toe and heel

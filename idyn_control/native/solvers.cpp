@@ -31,6 +31,7 @@ constexpr double PROXQP_INFEASIBILITY_TOLERANCE = 1e-4;
 constexpr double STRICT_INFEASIBILITY_TOLERANCE = 1e-9;
 constexpr double ELASTIC_WEIGHT = 1e4;  // as qp.ELASTIC_WEIGHT
 constexpr double INCONSISTENT_ROWS = 100.0;  // as wbc_qp.INCONSISTENT_ROWS
+constexpr double BASE_ROWS_TOL = 1e-7;       // as wbc_qp.BASE_ROWS_TOL
 constexpr int RESCUE_MAX_ITER = 1000;        // as qp_contact.RESCUE_MAX_ITER
 constexpr int PYRAMID_ROWS = 5;
 constexpr double STAGE2_TIKHONOV = 1e-9;  // as qp_contact.STAGE2_TIKHONOV
@@ -186,6 +187,8 @@ struct Wbc {
   MatrixXd Jt;
   VectorXd left;  // acceleration left at the contact points (3k)
   Eigen::ColPivHouseholderQR<MatrixXd> qr;
+  VectorXd gen;                  // M q̈ + h − Jᵀ f
+  Eigen::LLT<MatrixXd> base_llt;  // of the base block of M
   Eigen::Vector3d position, velocity, drift, a;
 
   Wbc(Engine* e, const double* rows, bool warm, double eps_abs)
@@ -193,7 +196,8 @@ struct Wbc {
         qp(d.nv + 3 * d.k, d.nb + 3 * d.k, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100,
            STRICT_INFEASIBILITY_TOLERANCE),
         elastic(d.nv + 3 * d.k, d.nb, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100, STRICT_INFEASIBILITY_TOLERANCE),
-        friction_rows(rows), eps_abs(eps_abs), Jt(3, d.nv), left(VectorXd::Zero(3 * d.k)), qr(3 * d.k, d.nv) {}
+        friction_rows(rows), eps_abs(eps_abs), Jt(3, d.nv), left(VectorXd::Zero(3 * d.k)), qr(3 * d.k, d.nv),
+        gen(VectorXd::Zero(d.nv)), base_llt(d.nb) {}
 
   // WbcQp._contact_rows_least_squares: rank of the contact rows J q̈ = b (QR with column
   // pivoting) and the largest residual of their least-squares solution, b − Q_r Q_rᵀ b
@@ -348,6 +352,16 @@ int wbc_solve(Wbc& w, const double* qdd_des_p, const std::uint8_t* active, long 
   f = mass * x->tail(n);
   for (int i = 0; i < k; ++i)
     if (!active[i]) f.segment<3>(3 * i).setZero();  // bound to zero in the QP; make it exact
+  // the base rows are the dynamics: what ProxQP's tolerance left on them beyond
+  // BASE_ROWS_TOL of max(1, ‖M q̈ + h‖) is taken up by the base acceleration (wbc_qp.py)
+  w.gen.noalias() = t.M * qdd;
+  w.gen += t.h;
+  const double scale = std::max(1.0, w.gen.norm());
+  w.gen.noalias() -= t.J.transpose() * f;
+  if (nb && w.gen.head(nb).norm() > BASE_ROWS_TOL * scale) {
+    w.base_llt.compute(t.M.topLeftCorner(nb, nb));
+    qdd.head(nb) -= w.base_llt.solve(w.gen.head(nb));
+  }
   tau = t.M.bottomRows(na) * qdd + t.h.tail(na) - t.J.rightCols(na).transpose() * f;
   info[0] = iterations;
   info[1] = solve_time;
