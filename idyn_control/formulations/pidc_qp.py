@@ -49,7 +49,9 @@ Baselines (§IV):
 and no torque stage II may add (within the limits, leaving the motion) brings them all
 inside: stage II was infeasible on ~30 % of random states of six quadrupeds. Its friction
 rows then become elastic (``_solve_force_elastic``), ``friction_elastic`` counts it and
-``Result.relaxed["friction"]`` says how far outside its pyramid the worst force is.
+``Result.relaxed["friction"]`` says how far outside its pyramid the worst force is. Stage I
+(a box) is solved again at ``LAST_RESORT_EPS_ABS`` when ProxQP stops at its cap on it
+(``stage1_loose``).
 
 q̈ and forces of every result are those the returned τ produces with the active contacts
 held (so M q̈ + h = Bτ + Jᵀλ holds exactly): read from the stage-II force map for the two
