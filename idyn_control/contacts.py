@@ -12,6 +12,7 @@ its tangent basis and pyramid rows follow the body every tick.
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -85,7 +86,10 @@ class ContactSet:
         self.basis = np.zeros((k, 3, 3))
         self.friction_rows = np.zeros((k, PYRAMID_ROWS, 3))
         self.mu = np.zeros(k)
-        self._surface = np.full((k, 4), np.nan)  # last set_surface input (normal, μ) per contact
+        self._surface_normal = np.full((k, 3), np.nan)  # last set_surface normal per contact
+        #: incremented whenever the active set, a contact's μ or its normal changes: QP
+        #: blocks that depend on them are rebuilt only when this changes
+        self.version = 0
         for i, c in enumerate(model.contacts):
             self.basis[i] = tangent_basis(c.normal_world)
             self.set_friction(i, c.friction)
@@ -98,14 +102,16 @@ class ContactSet:
                           for i, (c, jid) in enumerate(zip(model.contacts, model.contact_body_joint_ids)) if jid]
         self._order = np.zeros(k, dtype=int)  # active contacts, in the caller's order
         self.n_active = 0
-        #: incremented whenever the active set is set: QP blocks that depend on it are
-        #: rebuilt only when this changes
-        self.version = 0
 
     def set_friction(self, index: int, mu: float) -> None:
-        """Change μ of one contact; rebuilds its pyramid rows (not a per-tick operation)."""
+        """Change μ of one contact: rebuilds its pyramid rows and bumps :attr:`version`, so
+        the formulations rebuild their friction blocks on the next solve (not a per-tick
+        operation)."""
+        if not (math.isfinite(mu) and mu > 0.0):
+            raise ConfigError("mu", mu, "must be finite and > 0")
         self.mu[index] = mu
         self.friction_rows[index] = pyramid_rows(self.basis[index], mu)
+        self.version += 1
 
     def set_surface(self, index: int, normal_world: np.ndarray, mu: float) -> bool:
         """Set the ground under contact ``index``: unit normal (world) and Coulomb μ.
@@ -113,21 +119,21 @@ class ContactSet:
         The controller gets each stance foot's local normal and friction from the terrain
         (seed 000 §7.4: "friction coefficients at points of contact"; §7.5 height map).
         Rewrites ``basis[index]`` and its pyramid rows in place and bumps :attr:`version`
-        so that friction blocks are rebuilt, but only when something changed: returns
-        whether it did. Not a per-tick operation on a rough terrain's cells.
+        so that friction blocks are rebuilt, but only when something changed (μ compared
+        with the contact's current one, which :meth:`set_friction` may also have set):
+        returns whether it did. Not a per-tick operation on a rough terrain's cells.
         """
         normal = np.asarray(normal_world, dtype=float)
         if normal.shape != (3,) or not np.isfinite(normal).all() or normal @ normal < 1e-12:
             raise ConfigError("normal_world", normal.tolist(), "must be a finite non-zero 3-vector")
-        if not (mu > 0.0):
-            raise ConfigError("mu", mu, "must be > 0")
-        last = self._surface[index]
-        if mu == last[3] and normal[0] == last[0] and normal[1] == last[1] and normal[2] == last[2]:
+        if not (math.isfinite(mu) and mu > 0.0):
+            raise ConfigError("mu", mu, "must be finite and > 0")
+        last = self._surface_normal[index]
+        if mu == self.mu[index] and normal[0] == last[0] and normal[1] == last[1] and normal[2] == last[2]:
             return False
-        last[:3], last[3] = normal, mu
+        last[:] = normal
         self.basis[index] = tangent_basis(normal)
-        self.set_friction(index, mu)
-        self.version += 1
+        self.set_friction(index, mu)  # bumps the version
         return True
 
     def set_active(self, frames: Sequence[str]) -> None:

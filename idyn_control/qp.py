@@ -34,6 +34,12 @@ PROXQP_INFEASIBILITY_TOLERANCE = 1e-4
 #: fast path of qp_coulomb's Stage II) the default stays: strict, its p99 tick went from
 #: 0.6 to 10 ms
 STRICT_INFEASIBILITY_TOLERANCE = 1e-9
+#: weight of elastic rows (constraints a formulation turns into penalties as a last
+#: resort, when no torque meets them all), relative to the largest weight of the cost:
+#: they give way only as far as they must (wbc_qp, two points per foot on Go2: the
+#: acceleration left at the feet is 5 % above its minimum at 1e4, 0.3 % at 1e6, where
+#: ProxQP hit its iteration cap on 7 % of the ticks)
+ELASTIC_WEIGHT = 1e4
 
 #: accuracy settings per qpsolvers backend, so comparisons with ProxQP are like for like
 BACKEND_SETTINGS = {

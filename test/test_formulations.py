@@ -84,6 +84,34 @@ def test_friction_pyramid_and_unilateral(name, robot, load_robot, rng):
         assert (normals >= -1e-6 * max(1.0, np.abs(normals).max())).all()
 
 
+@pytest.mark.parametrize("name", [n for n in NAMES if get(n).respects_friction])
+def test_a_friction_change_takes_effect_on_the_next_solve(name, load_robot):
+    """Solo12 standing, pushed sideways (3 m/s² base acceleration): after
+    ``contacts.set_friction`` to μ = 0.1 the next solve's forces are inside the new pyramid
+    (the friction blocks were built once for μ = 0.7 and kept while the active set stayed
+    the same: wbc_qp and qp_coulomb returned forces with |f_t| ≈ 0.3 f_n), and a
+    ``set_surface`` back to the first μ takes effect too."""
+    model = load_robot("solo12")
+    f = make(name, model)
+    q = robots.standing_configuration(model, "solo12")
+    zero, push = np.zeros(model.nv), np.zeros(model.nv)
+    push[0] = 3.0
+    ratio = []  # largest |f_t| / f_n per phase
+    for setter, mu in (("set_friction", 0.7), ("set_friction", 0.1), ("set_surface", 0.7)):
+        for i, contact in enumerate(model.contacts):
+            if setter == "set_surface":
+                assert f.contacts.set_surface(i, contact.normal_world, mu)
+            else:
+                f.contacts.set_friction(i, mu)
+        result = f.solve(q, zero, push, model.contact_frames)
+        assert result.ok and f.dynamics_residual(result) <= RESIDUAL_TOL
+        check_friction(f, result)
+        assert np.allclose(f.contacts.mu, mu)
+        loaded = result.forces[:, 2] > 0.01 * result.forces[:, 2].sum()
+        ratio.append((np.linalg.norm(result.forces[loaded, :2], axis=1) / result.forces[loaded, 2]).max())
+    assert ratio[1] <= 0.1 * np.sqrt(2) + 1e-6 < min(ratio[0], ratio[2])
+
+
 @pytest.mark.parametrize("robot", ALL_ROBOTS)
 @pytest.mark.parametrize("name", [n for n in NAMES if get(n).respects_torque_limits])
 def test_torque_limits(name, robot, load_robot, rng):

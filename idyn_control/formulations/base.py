@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
@@ -32,6 +33,17 @@ CONSTRUCTION_OPTIONS = frozenset({"backend", "solver", "warm_start", "eps_abs"})
 #: relative cut-off on the Delassus matrix J M⁻¹ Jᵀ (redundant contact constraints)
 _DELASSUS_RCOND = 1e-10
 
+#: ``Result.relaxed`` of a solve that relaxed nothing (shared, immutable)
+NO_RELAXATION: Mapping[str, float] = MappingProxyType({})
+
+#: what ``Result.relaxed`` may name, and the unit of its amount
+RELAXED_CONSTRAINTS = {
+    "torque_limits": "largest |τ| − τ_max over the joints [N·m] (the controller clamps it)",
+    "contact_acceleration": "largest acceleration left at a held contact point [m/s²]",
+    "non_penetration": "largest normal approach speed beyond the Baumgarte bound [m/s]",
+    "friction": "largest violation of a friction-pyramid row, i.e. how far a force is outside [N]",
+}
+
 
 @dataclass(frozen=True)
 class Result:
@@ -49,6 +61,9 @@ class Result:
         iterations: solver iterations (0 for closed-form formulations).
         solve_time_s: time spent in the QP/LCP solver(s) [s].
         compute_time_s: time of the whole tick: model, contacts, assembly, solve [s].
+        relaxed: constraints this answer relaxed to exist (no torque meets them all) →
+            by how much (keys and units: ``RELAXED_CONSTRAINTS``); empty for an exact
+            answer. The dynamics hold either way.
     """
 
     tau: np.ndarray
@@ -59,6 +74,7 @@ class Result:
     iterations: int
     solve_time_s: float
     compute_time_s: float
+    relaxed: Mapping[str, float] = field(default_factory=lambda: NO_RELAXATION)
 
     @property
     def ok(self) -> bool:
@@ -118,6 +134,7 @@ class Formulation(ABC):
         self._last_names: tuple[str, ...] = ()
         self._prepared = False
         self._t0 = 0.0
+        self._relaxed: Mapping[str, float] = NO_RELAXATION  # this tick's, see relax()
         self._engine = None  # native.Engine when the compiled tick serves this formulation
         #: why the native tick is not used (None when it is, or was not asked for)
         self.native_unavailable: str | None = None
@@ -181,8 +198,10 @@ class Formulation(ABC):
         self._prepared = False
         self.qdd_des[:] = check_vector("qdd_des", qdd_des, self.model.nv)
         self.forces[:] = 0.0
+        self._relaxed = NO_RELAXATION
         status, iterations, solve_time = self._compute()
         order = self.contacts.order
+        relaxed = self._relaxed if self._relaxed is NO_RELAXATION else MappingProxyType(self._relaxed)
         return Result(
             tau=self.tau.copy(),
             qdd=self.qdd.copy(),
@@ -192,6 +211,7 @@ class Formulation(ABC):
             iterations=int(iterations),
             solve_time_s=float(solve_time),
             compute_time_s=time.perf_counter() - self._t0,
+            relaxed=relaxed,
         )
 
     def reset(self) -> None:
@@ -202,6 +222,13 @@ class Formulation(ABC):
         was made (e.g. ``torque_limits_dropped``); published in /diagnostics as
         ``relaxed.<name>``. None by default."""
         return {}
+
+    def relax(self, constraint: str, amount: float) -> None:
+        """Record in this tick's result that ``constraint`` (a key of ``RELAXED_CONSTRAINTS``)
+        was relaxed by ``amount``; allocates only on such ticks."""
+        if self._relaxed is NO_RELAXATION:
+            self._relaxed = {}
+        self._relaxed[constraint] = float(amount)
 
     def set_option(self, key: str, value: Any) -> None:
         """Change an option at run time (takes effect on the next solve)."""

@@ -45,6 +45,14 @@ Baselines (§IV):
   Its base rows are zero, so it is realizable, but the underactuation term (I − P) τ_u
   shifts the forces away from λ_d.
 
+**Always an answer.** Stage I ignores friction, so its forces can be outside a pyramid
+and no torque stage II may add (within the limits, leaving the motion) brings them all
+inside: stage II was infeasible on ~30 % of random states of six quadrupeds. Its friction
+rows then become elastic (``_solve_force_elastic``), ``friction_elastic`` counts it and
+``Result.relaxed["friction"]`` says how far outside its pyramid the worst force is. Stage I
+(a box) is solved again at ``LAST_RESORT_EPS_ABS`` when ProxQP stops at its cap on it
+(``stage1_loose``).
+
 q̈ and forces of every result are those the returned τ produces with the active contacts
 held (so M q̈ + h = Bτ + Jᵀλ holds exactly): read from the stage-II force map for the two
 QP methods, from constrained forward dynamics for ``pidcwcu`` (its forces are implicit).
@@ -66,7 +74,7 @@ import numpy as np
 
 from ..errors import ShapeError, UnknownNameError
 from ..linalg import chol_solve, cholesky, pinv, pinv_and_null_space, psd_pinv_solve, solve_pd
-from ..qp import INF, SOLVED, QpOutcome, QpSolver
+from ..qp import INF, SOLVED, STRICT_INFEASIBILITY_TOLERANCE, QpOutcome, QpSolver
 from .base import Formulation, check_vector
 
 #: rank cut-off relative to the largest singular value
@@ -74,6 +82,22 @@ _RANK_TOL = 1e-9
 #: a QP inequality is counted active when its slack is below this (relative) value
 _ACTIVE_TOL = 1e-7
 _STATUS_RANK = {SOLVED: 0, "max_iter": 1, "infeasible": 2, "failed": 3}
+#: weight of the friction slacks of stage II's last resort, relative to the largest
+#: diagonal of its cost (whose unit is a torque-space force error squared): the forces'
+#: excess over their pyramids was within 0.1 % of its minimum (a QP on the slacks alone)
+#: on 18 HyQ states where it was needed; ELASTIC_WEIGHT (1e4) made ProxQP stop at its cap
+#: on all 18
+FRICTION_SLACK_WEIGHT = 1e2
+#: accuracy of the last resorts [N·m, N]: stage II's elastic QP (at 1e-9 ProxQP stopped at
+#: its cap where stage I's torques sat on their limits to round-off), and stage I again when
+#: ProxQP stopped at its cap (Solo12, a Hessian of condition 1e13: 1 iteration at 1e-7,
+#: 212 at 1e-9)
+LAST_RESORT_EPS_ABS = 1e-7
+#: weight of the torques [1/(N·m)² against 1/N² of the excess] when only the excess is
+#: minimized: Solo12 with toe and heel points, 27 of 300 random states where the penalty
+#: QP stopped at its cap (its cost's diagonal spans 1e-2 to 1e6) all solved in ≤ 33
+#: iterations at 1e-3 (at 1e-6 one stopped at the cap)
+EXCESS_ONLY_REGULARIZATION = 1e-3
 
 
 class _ProjectedForceControl(Formulation):
@@ -218,6 +242,17 @@ class PidcQp(_ProjectedForceControl):
         self.qp_motion = QpSolver(na, 0, na, **qp_args)
         self.qp_motion.C[:] = np.eye(na)
         self.qp_force = QpSolver(na, 0, 5 * k + na, **qp_args)
+        # stage II's last resort: a slack s per friction row, D λ(x) − s ≤ 0, ½ w ‖s‖² in the cost
+        self.qp_force_elastic = QpSolver(na + 5 * k, 0, 5 * k + na, solver=o["solver"], warm_start=o["warm_start"],
+                                         eps_abs=max(o["eps_abs"], LAST_RESORT_EPS_ABS),
+                                         infeasibility_tolerance=STRICT_INFEASIBILITY_TOLERANCE)
+        self.qp_force_elastic.C[: 5 * k, na:] = -np.eye(5 * k)
+        # stage I's last resort: the same QP at the last resorts' accuracy
+        self.qp_motion_loose = QpSolver(na, 0, na, solver=o["solver"], warm_start=o["warm_start"],
+                                        eps_abs=max(o["eps_abs"], LAST_RESORT_EPS_ABS))
+        self.qp_motion_loose.C[:] = np.eye(na)
+        self.stage1_loose = 0  # ticks whose stage I needed it
+        self.friction_elastic = 0  # ticks whose friction rows were elastic
         self._K = np.zeros((na, na))
         self._K_blocks = np.zeros((na, na))  # K with its rows ordered (B_m joints, B_f joints)
         self._free = np.zeros(na)
@@ -228,7 +263,12 @@ class PidcQp(_ProjectedForceControl):
 
     def reset(self):
         self.qp_motion.reset()
+        self.qp_motion_loose.reset()
         self.qp_force.reset()
+        self.qp_force_elastic.reset()
+
+    def relaxations(self) -> dict[str, int]:
+        return {"friction_elastic": self.friction_elastic}
 
     # ---------------------------------------------------------------- method hooks
     def _motion_joints(self) -> np.ndarray:
@@ -284,6 +324,15 @@ class PidcQp(_ProjectedForceControl):
         free[:] = 0.0
         free[sel] = W_pinv @ y  # the optimum without limits (regularizer: min-norm)
         out1, n_active = self._solve_stage(qp, free, lambda: self._fill_motion_qp(W, Ns, y))
+        if not out1.ok:  # a box is always feasible: ProxQP's accuracy, not the problem
+            loose = self.qp_motion_loose
+            for a, b in ((loose.H, qp.H), (loose.g, qp.g), (loose.l, qp.l), (loose.u, qp.u)):
+                np.copyto(a, b)
+            retry = loose.solve()
+            if retry.ok:
+                out1 = QpOutcome(retry.x, retry.y, retry.z, retry.status, out1.iterations + retry.iterations,
+                                 out1.solve_time_s + retry.solve_time_s)
+                self.stage1_loose += 1
         tau_I = out1.x.copy()
 
         # stage II (eq. 26): torques K x with P B K = 0 leave the motion of stage I intact
@@ -322,6 +371,8 @@ class PidcQp(_ProjectedForceControl):
         self._fill_inequalities(qp, L, lam_I, tau_I)
         x_free = solve_pd(qp.H, -qp.g) if self.options["fast_path"] else None
         out2, n_binding = self._solve_stage(qp, x_free)
+        if not out2.ok and out1.ok:
+            out2 = self._solve_force_elastic()
         x = out2.x
         self.n_active_inequalities = n_active + n_binding
         self._apply(tau_I + K @ x, lam_I + L @ x)
@@ -402,6 +453,49 @@ class PidcQp(_ProjectedForceControl):
         qp.C[5 * k:] = self._K
         np.subtract(-self.model.tau_max, tau_I, out=qp.l[5 * k:])
         np.subtract(self.model.tau_max, tau_I, out=qp.u[5 * k:])
+
+    def _solve_force_elastic(self) -> QpOutcome:
+        """Stage II with elastic friction rows, when no torque the stage may add puts the
+        forces inside every pyramid (stage I ignores friction, so its forces can be outside
+        and stay so within the torque limits): min cost + ½ w ‖s‖², D λ(x) − s ≤ 0, the
+        torque limits kept (x = 0, s = max(D λ_I, 0) is feasible), w =
+        ``FRICTION_SLACK_WEIGHT`` × the largest diagonal of the cost; if ProxQP fails on
+        that, the least excess alone (½‖s‖² + ½ r‖x‖², r = ``EXCESS_ONLY_REGULARIZATION``).
+        ``friction_elastic`` counts such ticks, ``Result.relaxed`` says how far outside its
+        pyramid the worst force is [N]. Allocates, on such ticks only."""
+        qp, e, na = self.qp_force, self.qp_force_elastic, self.model.na
+        n_fr = 5 * self.contacts.size
+        weight = FRICTION_SLACK_WEIGHT * max(1.0, float(qp.H.diagonal().max()))
+        e.H[:na, :na] = qp.H
+        np.einsum("ii->i", e.H)[na:] = weight
+        e.g[:na] = qp.g
+        e.C[:, :na] = qp.C
+        np.copyto(e.l, qp.l)
+        np.copyto(e.u, qp.u)
+        # x = 0 within the torque rows even where stage I's torques sit on a limit to
+        # round-off (else ProxQP's strict certificate calls the QP infeasible)
+        np.minimum(e.l[n_fr:], 0.0, out=e.l[n_fr:])
+        np.maximum(e.u[n_fr:], 0.0, out=e.u[n_fr:])
+        out = e.solve()
+        if not out.ok:
+            # the penalty's conditioning defeated ProxQP (redundant contacts: toe and heel
+            # on one foot): the least excess alone, torques regularized
+            e.H[:] = 0.0
+            np.einsum("ii->i", e.H)[:na] = EXCESS_ONLY_REGULARIZATION
+            np.einsum("ii->i", e.H)[na:] = 1.0
+            e.g[:] = 0.0
+            retry = e.solve()
+            # failed too (a Delassus matrix near singular: forces of 1e5-1e6 N on Solo12):
+            # stage I's torques alone, inside their limits, and the status says so
+            x = retry.x if retry.ok else np.zeros(e.n)
+            out = QpOutcome(x, retry.y, retry.z, retry.status, out.iterations + retry.iterations,
+                            out.solve_time_s + retry.solve_time_s)
+        self.friction_elastic += 1
+        x = out.x[:na]
+        used = qp.u[:n_fr] < INF
+        excess = qp.C[:n_fr][used] @ x - qp.u[:n_fr][used]
+        self.relax("friction", max(0.0, float(excess.max(initial=0.0))))
+        return QpOutcome(x, out.y, out.z, out.status, out.iterations, out.solve_time_s)
 
     @staticmethod
     def _count_active(qp: QpSolver, x: np.ndarray) -> int:

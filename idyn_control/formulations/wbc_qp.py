@@ -21,6 +21,15 @@ relative accuracy for a 1 kg and a 100 kg robot. Solved in newtons, ANYmal C (50
 HyQ (87 kg) hit ProxQP's iteration cap or "infeasible" on ordinary standing states at
 ``eps_abs`` 1e-8, and the controller fell back to damping (test_scale.py).
 
+**Always an answer.** When no torque within the limits holds the contacts, the QP is
+solved again without the limits (the controller clamps; ``torque_limits_dropped``). When
+no q̈ holds them at all — two held points on one rigid link whose accelerations the
+velocity makes inconsistent, a singular leg — the contact rows become elastic, a penalty
+``ELASTIC_WEIGHT`` times the largest cost weight, with the torque limits back in place
+(f = 0 and any τ within them is then feasible, so this QP always has a solution):
+``contacts_elastic`` counts such ticks and ``Result.relaxed`` says how much acceleration
+is left at the held points. Ticks that solve exactly never reach these steps.
+
 τ = M_j q̈ + h_j − J_jᵀ f is recovered from the joint rows, so the dynamics hold exactly
 with the returned q̈ and f. The QP has a fixed size for all configured contacts, so the
 persistent ProxQP keeps its warm start across contact switches.
@@ -32,12 +41,21 @@ from dataclasses import dataclass
 
 import numpy as np
 import pinocchio as pin
+from scipy import linalg
 
 from ..contacts import PYRAMID_ROWS
 from ..errors import ConfigError, UnknownNameError
 from .. import native
-from ..qp import INF, STRICT_INFEASIBILITY_TOLERANCE, QpSolver
+from ..qp import ELASTIC_WEIGHT, INF, STRICT_INFEASIBILITY_TOLERANCE, QpOutcome, QpSolver
+from ..linalg import solve_pd
 from .base import Formulation
+
+#: base rows (the unactuated dynamics) left off by more than this fraction of
+#: max(1, ‖M q̈ + h‖) are closed by the base acceleration (10× inside the invariant's 1e-6)
+BASE_ROWS_TOL = 1e-7
+#: contact rows whose least-squares residual exceeds this many ``eps_abs`` cannot be met
+#: by any q̈: the QP is infeasible and only its elastic form is solved
+INCONSISTENT_ROWS = 100.0
 
 
 @dataclass
@@ -100,6 +118,10 @@ class WbcQp(Formulation):
         self.qp = QpSolver(self.nx, nb + 3 * k, PYRAMID_ROWS * k + na,
                            solver=o["solver"], warm_start=o["warm_start"], eps_abs=o["eps_abs"],
                            infeasibility_tolerance=STRICT_INFEASIBILITY_TOLERANCE)
+        # the last resort: contact rows as penalties (module doc), base rows kept
+        self.qp_elastic = QpSolver(self.nx, nb, PYRAMID_ROWS * k + na,
+                                   solver=o["solver"], warm_start=o["warm_start"], eps_abs=o["eps_abs"],
+                                   infeasibility_tolerance=STRICT_INFEASIBILITY_TOLERANCE)
         self.tasks: dict[str, Task] = {}
         self._contact_version = -1  # contact-set version the contact rows were built for
         self._Hdiag = np.einsum("ii->i", self.qp.H)  # writable view of the diagonal
@@ -107,7 +129,9 @@ class WbcQp(Formulation):
         self._zero = np.zeros(nv)
         self._mass = pin.computeTotalMass(model.pin_model)
         self._task_list: tuple[Task, ...] = ()
-        self._torque_limits_dropped = 0  # the Python backend's count
+        self._torque_limits_dropped = 0  # the Python backend's counts
+        self._contacts_elastic = 0
+        self._redundant_contacts = False  # rank of the held contacts' rows < their number
         self._native = self._native_backend(native.Wbc)
 
     @property
@@ -116,8 +140,17 @@ class WbcQp(Formulation):
         (ProxQP "infeasible" or "max_iter" with them); the controller clamps the torque."""
         return self._native.torque_limits_dropped if self._native is not None else self._torque_limits_dropped
 
+    @property
+    def contacts_elastic(self) -> int:
+        """Ticks whose contact rows were elastic: no q̈ held the contacts (module doc)."""
+        return self._native.contacts_elastic if self._native is not None else self._contacts_elastic
+
     def relaxations(self) -> dict[str, int]:
-        return {"torque_limits_dropped": self.torque_limits_dropped}
+        counts = {"torque_limits_dropped": self.torque_limits_dropped}
+        elastic = self.contacts_elastic
+        if elastic:  # listed once it happened, like the node's dropped.<input>.<reason>
+            counts["contacts_elastic"] = elastic
+        return counts
 
     # ------------------------------------------------------------------ tasks
     def add_com_task(self, weight: float, name: str = "com") -> Task:
@@ -178,6 +211,7 @@ class WbcQp(Formulation):
 
     def reset(self):
         self.qp.reset()
+        self.qp_elastic.reset()
         self._contact_version = -1
         if self._native is not None:
             self._native.reset()
@@ -204,6 +238,11 @@ class WbcQp(Formulation):
     def _compute(self):
         if self._native is not None:
             status, iterations, solve_time = self._native.solve(self._task_list)
+            info = self._native.info
+            if info[2]:
+                self.relax("torque_limits", info[4])
+            if info[3]:
+                self.relax("contact_acceleration", info[5])
             return native.STATUS[status], iterations, solve_time
         m, cs, qp = self.model, self.contacts, self.qp
         M, h, v = self.terms.M, self.terms.h, self.terms.v
@@ -239,7 +278,8 @@ class WbcQp(Formulation):
         if o["contact_gain"]:
             b[rows] -= o["contact_gain"] * (J_all @ v)
         n_fr = PYRAMID_ROWS * k
-        if self._contact_version != cs.version:
+        switched = self._contact_version != cs.version
+        if switched:
             cs.fill_friction_rows(qp.C[:n_fr, nv:], qp.l[:n_fr], qp.u[:n_fr])
             self._inactive_rows = np.flatnonzero(np.repeat(~cs.active, 3)) + nb
             self._contact_version = cs.version
@@ -256,20 +296,97 @@ class WbcQp(Formulation):
         qp.l[lim] *= inv_m
         qp.u[lim] *= inv_m
 
-        out = qp.solve()
-        iterations, solve_time = out.iterations, out.solve_time_s
-        if not out.ok and m.na:
+        # contact rows no q̈ meets make every QP with them infeasible: a redundant layout
+        # (fewer independent rows than held ones at the contact switch, e.g. two points on
+        # one foot) is checked every tick before trying them, any other after a failure
+        iterations, solve_time = 0, 0.0
+        inconsistent = None
+        if switched:
+            rank, residual = self._contact_rows_least_squares(rows)
+            self._redundant_contacts = rank < 3 * cs.n_active
+            inconsistent = residual > INCONSISTENT_ROWS * o["eps_abs"]
+        elif self._redundant_contacts:
+            inconsistent = self._contact_rows_least_squares(rows)[1] > INCONSISTENT_ROWS * o["eps_abs"]
+        dropped = elastic = False
+        out = None
+        if not inconsistent:
+            out = qp.solve()
+            iterations, solve_time = out.iterations, out.solve_time_s
+            if not out.ok and inconsistent is None:
+                inconsistent = self._contact_rows_least_squares(rows)[1] > INCONSISTENT_ROWS * o["eps_abs"]
+        if out is not None and not out.ok and m.na and not inconsistent:
             # no torque within the limits holds the contacts (or ProxQP says so): solve
             # without the limits; the controller's safety layer clamps what exceeds them
             qp.l[lim], qp.u[lim] = -INF, INF
-            out = qp.solve()
+            unlimited = qp.solve()
+            iterations += unlimited.iterations
+            solve_time += unlimited.solve_time_s
+            if unlimited.ok or not cs.n_active:
+                out, dropped = unlimited, True
+        if (out is None or not out.ok) and cs.n_active:  # no q̈ holds the contacts: the last resort
+            out = self._solve_elastic(lim)
             iterations += out.iterations
             solve_time += out.solve_time_s
-            self._torque_limits_dropped += 1
+            elastic = True
         self.qdd[:] = out.x[:nv]
         np.multiply(out.x[nv:].reshape(k, 3), self._mass, out=self.forces)
         if self._inactive_rows.size:
             self.forces[~cs.active] = 0.0  # bound to zero in the QP; make it exact
-        gen = M @ self.qdd + h - J_all.T @ self.forces.reshape(-1)
+        gen = M @ self.qdd + h
+        scale = max(1.0, float(np.linalg.norm(gen)))
+        gen -= J_all.T @ self.forces.reshape(-1)
+        if nb and float(np.linalg.norm(gen[:nb])) > BASE_ROWS_TOL * scale:
+            # ProxQP's tolerance holds per unit mass and in its scaled space: HyQ (87 kg) in
+            # free flight once left 1.3e-6 of ‖M q̈ + h‖ on the base rows; they are the
+            # dynamics, so the base acceleration takes up what the QP left
+            self.qdd[:nb] -= solve_pd(M[:nb, :nb], gen[:nb])
+            gen = M @ self.qdd + h - J_all.T @ self.forces.reshape(-1)
         self.tau[:] = gen[nb:]
+        if dropped:
+            self._torque_limits_dropped += 1
+            self.relax("torque_limits", max(0.0, float((np.abs(self.tau) - m.tau_max).max())))
+        if elastic:
+            self._contacts_elastic += 1
+            left = (A[rows, :nv] @ self.qdd - b[rows]).reshape(k, 3)  # zero rows when inactive
+            self.relax("contact_acceleration", float(np.sqrt(np.einsum("ij,ij->i", left, left).max())))
         return out.status, iterations, solve_time
+
+    def _contact_rows_least_squares(self, rows: slice) -> tuple[int, float]:
+        """Rank of the contact rows J q̈ = b of the QP (zero rows for inactive contacts; QR
+        with column pivoting and Eigen's rank threshold, as the compiled tick) and the
+        largest residual of their least-squares solution [m/s²]: beyond the QP's tolerance,
+        no q̈ meets them."""
+        Ac, bc = self.qp.A[rows, :self.model.nv], self.qp.b[rows]
+        Q, R, _ = linalg.qr(Ac, mode="economic", pivoting=True)
+        d = np.abs(np.diag(R))
+        top = d.max(initial=0.0)
+        rank = int(np.count_nonzero(d > np.finfo(float).eps * d.size * top)) if top > 0.0 else 0
+        Qr = Q[:, :rank]
+        return rank, float(np.abs(bc - Qr @ (Qr.T @ bc)).max(initial=0.0))
+
+    def _solve_elastic(self, lim: slice) -> QpOutcome:
+        """The QP with the active contacts' rows J q̈ = b as the penalty
+        ``ELASTIC_WEIGHT · max(1, largest cost weight) · ½‖J q̈ − b‖²`` and the torque limits
+        (per unit mass) in place: feasible with f = 0 and any τ within the limits, so it
+        only fails if ProxQP does (module doc). Allocates, on such ticks only."""
+        m, qp, e = self.model, self.qp, self.qp_elastic
+        nv, nb = m.nv, m.n_base
+        rows = slice(nb, nb + 3 * self.contacts.size)
+        Ac, bc = qp.A[rows, :nv], qp.b[rows]
+        weight = ELASTIC_WEIGHT * max(1.0, float(qp.H.diagonal().max()))
+        np.copyto(e.H, qp.H)
+        e.H[:nv, :nv] += weight * (Ac.T @ Ac)
+        np.copyto(e.g, qp.g)
+        e.g[:nv] -= weight * (Ac.T @ bc)
+        if nb:
+            np.copyto(e.A, qp.A[:nb])
+            np.copyto(e.b, qp.b[:nb])
+        np.copyto(e.C, qp.C)
+        np.copyto(e.l, qp.l)
+        np.copyto(e.u, qp.u)
+        h, inv_m = self.terms.h, 1.0 / self._mass
+        np.subtract(-m.tau_max, h[nb:], out=e.l[lim])
+        np.subtract(m.tau_max, h[nb:], out=e.u[lim])
+        e.l[lim] *= inv_m
+        e.u[lim] *= inv_m
+        return e.solve()

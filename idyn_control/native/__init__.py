@@ -20,6 +20,7 @@ it is used.
 from __future__ import annotations
 
 import importlib
+import weakref
 from pathlib import Path
 from types import ModuleType
 
@@ -232,10 +233,15 @@ class Wbc:
     """``wbc_qp`` in C++ (solvers.cpp ``wbc_solve``)."""
 
     def __init__(self, engine: Engine, formulation):
-        self.lib, self.engine, self.f = engine.lib, engine, formulation
+        # a weak reference: the formulation owns this, so a strong one made a cycle that
+        # only a full garbage collection freed (the node rebuilding its formulation on
+        # option changes kept ~1.6 MB per rebuild, bench/soak.py)
+        self.lib, self.engine, self.f = engine.lib, engine, weakref.proxy(formulation)
         cs, o, f = formulation.contacts, formulation.options, formulation
         self.weights = np.zeros(5)
-        self.info = np.zeros(3)  # iterations, solve time [s], torque limits dropped (0/1)
+        # iterations, solve time [s], torque limits dropped (0/1), contacts elastic (0/1),
+        # torque-limit excess [N·m], acceleration left at the contacts [m/s²]
+        self.info = np.zeros(6)
         self.tasks = np.zeros((0, TASK_STRIDE))
         self._tau_max = _TauMax(f.model)
         self._ext = _bind_solver(self.lib.Wbc, engine._ext, cs.friction_rows, bool(o["warm_start"]),
@@ -275,15 +281,23 @@ class Wbc:
         """Ticks solved without the torque limits (compiled ticks of the node's loop included)."""
         return int(self._ext.torque_limits_dropped)
 
+    @property
+    def contacts_elastic(self) -> int:
+        """Ticks solved with elastic contact rows (compiled ticks of the node's loop included)."""
+        return int(self._ext.contacts_elastic)
+
 
 class QpContact:
     """``qp_coulomb`` / ``qp_noslip`` in C++ (solvers.cpp ``qpc_solve``)."""
 
     def __init__(self, engine: Engine, formulation):
-        self.lib, self.engine, self.f = engine.lib, engine, formulation
+        self.lib, self.engine, self.f = engine.lib, engine, weakref.proxy(formulation)  # as Wbc
         cs, o, f = formulation.contacts, formulation.options, formulation
         self.options = np.zeros(5)
-        self.info = np.zeros(6)
+        # iterations, solve time [s], fast-path ticks, Stage II failures, Stage II limited,
+        # non-penetration dropped, Stage I rescued (counts); non-penetration relaxed this
+        # tick (0/1) and by how much [m/s]
+        self.info = np.zeros(9)
         self._tau_max = _TauMax(f.model)
         self._ext = _bind_solver(self.lib.Qpc, engine._ext, f.dt, bool(f.infinite_friction), bool(o["warm_start"]),
                                  float(o["eps_abs"]), f.pyramid, cs.basis, cs.phi, f.qdd_des, cs.active, self.options,

@@ -13,10 +13,10 @@
 #define IDYN_KINEMATIC_LAYER_REFS 12  // reference arrays (native/__init__.py KL_REFS)
 #define IDYN_KINEMATIC_LAYER_GAINS 9  // gains and weights (KL_GAINS)
 #define IDYN_WBC_WEIGHTS 5            // w_base, w_posture, w_force, contact_gain, mass
-#define IDYN_WBC_INFO 3               // iterations, solve time, torque limits dropped
+#define IDYN_WBC_INFO 6               // iterations, time, limits dropped, contacts elastic, their amounts
 #define IDYN_WBC_TASK_STRIDE 19       // numbers per task row (solvers.cpp TASK_STRIDE)
 #define IDYN_QPC_OPTIONS 5            // stage2, torque_limits, fast_path, dissipation, friction_margin
-#define IDYN_QPC_INFO 6               // iterations, time, fast-path ticks, stage2 failures, limited, dropped
+#define IDYN_QPC_INFO 9               // ..., dropped, stage1 rescued, non-penetration relaxed, its amount
 
 extern "C" {
 
@@ -41,6 +41,7 @@ int idyn_wbc_solve(void* w, const double* qdd_des, const std::uint8_t* active, l
                    const double* tau_max, int n_tasks, double* tasks, double* qdd, double* tau, double* forces,
                    double* info);
 long idyn_wbc_torque_limits_dropped(void* w);
+long idyn_wbc_contacts_elastic(void* w);
 void* idyn_qpc_new(void* engine, double dt, int unilateral_only, int warm_start, double eps_abs,
                    const double* friction_rows, const double* basis, const double* phi);
 void idyn_qpc_free(void* c);

@@ -295,6 +295,7 @@ PYBIND11_MODULE(_native, m) {
       .def("set_tau_max", &Wbc::set_tau_max)
       .def("reset", [](Wbc& w) { idyn_wbc_reset(w.handle); })
       .def_property_readonly("torque_limits_dropped", [](const Wbc& w) { return idyn_wbc_torque_limits_dropped(w.handle); })
+      .def_property_readonly("contacts_elastic", [](const Wbc& w) { return idyn_wbc_contacts_elastic(w.handle); })
       .def_property_readonly("addresses", &Wbc::addresses)
       .def_property_readonly("tasks_address", [](const Wbc& w) { return address(w.tasks); })
       .def_property_readonly("handle", [](const Wbc& w) { return address(w.handle); });

@@ -30,6 +30,10 @@ constexpr double INF = 1e20;
 // strict one of wbc_qp
 constexpr double PROXQP_INFEASIBILITY_TOLERANCE = 1e-4;
 constexpr double STRICT_INFEASIBILITY_TOLERANCE = 1e-9;
+constexpr double ELASTIC_WEIGHT = 1e4;  // as qp.ELASTIC_WEIGHT
+constexpr double INCONSISTENT_ROWS = 100.0;  // as wbc_qp.INCONSISTENT_ROWS
+constexpr double BASE_ROWS_TOL = 1e-7;       // as wbc_qp.BASE_ROWS_TOL
+constexpr int RESCUE_MAX_ITER = 1000;        // as qp_contact.RESCUE_MAX_ITER
 constexpr int PYRAMID_ROWS = 5;
 constexpr double STAGE2_TIKHONOV = 1e-9;  // as qp_contact.STAGE2_TIKHONOV
 constexpr double STAGE1_TIKHONOV = 1e-7;  // as qp_contact.STAGE1_TIKHONOV
@@ -174,17 +178,63 @@ struct Wbc {
   Engine* engine;
   Dims d;
   Qp qp;
+  Qp elastic;  // the last resort: contact rows as penalties, base rows kept (wbc_qp.py)
   const double* friction_rows;  // ContactSet.friction_rows (k x 5 x 3)
   long version = -1;
   long torque_limits_dropped = 0;  // ticks solved without the torque limits
+  long contacts_elastic = 0;       // ticks solved with elastic contact rows
+  bool redundant_contacts = false;  // rank of the held contacts' rows < their number
+  double eps_abs;
   MatrixXd Jt;
+  VectorXd left;  // acceleration left at the contact points (3k)
+  Eigen::ColPivHouseholderQR<MatrixXd> qr;
+  VectorXd gen;                  // M q̈ + h − Jᵀ f
+  Eigen::LLT<MatrixXd> base_llt;  // of the base block of M
   Eigen::Vector3d position, velocity, drift, a;
 
   Wbc(Engine* e, const double* rows, bool warm, double eps_abs)
       : engine(e), d(engine_dims(*e)),
         qp(d.nv + 3 * d.k, d.nb + 3 * d.k, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100,
            STRICT_INFEASIBILITY_TOLERANCE),
-        friction_rows(rows), Jt(3, d.nv) {}
+        elastic(d.nv + 3 * d.k, d.nb, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100, STRICT_INFEASIBILITY_TOLERANCE),
+        friction_rows(rows), eps_abs(eps_abs), Jt(3, d.nv), left(VectorXd::Zero(3 * d.k)), qr(3 * d.k, d.nv),
+        gen(VectorXd::Zero(d.nv)), base_llt(d.nb) {}
+
+  // WbcQp._contact_rows_least_squares: rank of the contact rows J q̈ = b (QR with column
+  // pivoting) and the largest residual of their least-squares solution, b − Q_r Q_rᵀ b
+  double contact_rows_residual(int& rank) {
+    const int n = 3 * d.k;
+    qr.compute(qp.A.block(d.nb, 0, n, d.nv));
+    rank = static_cast<int>(qr.rank());
+    left = qp.b.segment(d.nb, n);
+    qr.householderQ().adjoint().applyThisOnTheLeft(left);
+    left.head(rank).setZero();
+    qr.householderQ().applyThisOnTheLeft(left);
+    return n ? left.cwiseAbs().maxCoeff() : 0.0;
+  }
+
+  // WbcQp._solve_elastic: the QP with the contact rows J q̈ = b as a penalty and the torque
+  // limits in place (feasible with f = 0 and any τ within them)
+  int solve_elastic(const Terms& t, const Eigen::Map<const VectorXd>& tau_max, double inv_m) {
+    const int nv = d.nv, nb = d.nb, na = d.na, n_fr = PYRAMID_ROWS * d.k, n = 3 * d.k;
+    const auto Ac = qp.A.block(nb, 0, n, nv);
+    const auto bc = qp.b.segment(nb, n);
+    const double weight = ELASTIC_WEIGHT * std::max(1.0, qp.H.diagonal().maxCoeff());
+    elastic.H = qp.H;
+    elastic.H.topLeftCorner(nv, nv).noalias() += weight * Ac.transpose() * Ac;
+    elastic.g = qp.g;
+    elastic.g.head(nv).noalias() -= weight * Ac.transpose() * bc;
+    if (nb) {
+      elastic.A = qp.A.topRows(nb);
+      elastic.b = qp.b.head(nb);
+    }
+    elastic.C = qp.C;
+    elastic.l = qp.l;
+    elastic.u = qp.u;
+    elastic.l.segment(n_fr, na) = inv_m * (-tau_max - t.h.tail(na));
+    elastic.u.segment(n_fr, na) = inv_m * (tau_max - t.h.tail(na));
+    return elastic.solve();
+  }
 };
 
 // Per task, 19 numbers: in: frame (−1 = CoM), weight, target (3), position_ref (3),
@@ -244,7 +294,8 @@ int wbc_solve(Wbc& w, const double* qdd_des_p, const std::uint8_t* active, long 
   }
   // inequalities: friction (rebuilt when the active set changed), torque limits
   const int n_fr = PYRAMID_ROWS * k;
-  if (version != w.version) {
+  const bool switched = version != w.version;
+  if (switched) {
     fill_friction_rows(qp.C.block(0, nv, n_fr, n), qp.l.head(n_fr), qp.u.head(n_fr), w.friction_rows, active, k,
                        false);
     w.version = version;
@@ -254,29 +305,83 @@ int wbc_solve(Wbc& w, const double* qdd_des_p, const std::uint8_t* active, long 
   qp.l.segment(n_fr, na) = inv_m * (-tau_max - t.h.tail(na));
   qp.u.segment(n_fr, na) = inv_m * (tau_max - t.h.tail(na));
 
-  int status = qp.solve();
-  int iterations = qp.iterations;
-  double solve_time = qp.solve_time;
-  info[2] = 0.0;
-  if (status != SOLVED && na) {
+  int n_active = 0;
+  for (int i = 0; i < k; ++i) n_active += active[i] ? 1 : 0;
+  // contact rows no q̈ meets make every QP with them infeasible: checked every tick for a
+  // redundant layout, after a failure otherwise (wbc_qp.py)
+  int rank = 0, status = FAILED, iterations = 0;
+  double solve_time = 0.0;
+  const double inconsistent_above = INCONSISTENT_ROWS * w.eps_abs;
+  int inconsistent = -1;  // unknown
+  if (switched) {
+    inconsistent = w.contact_rows_residual(rank) > inconsistent_above;
+    w.redundant_contacts = rank < 3 * n_active;
+  } else if (w.redundant_contacts) {
+    inconsistent = w.contact_rows_residual(rank) > inconsistent_above;
+  }
+  bool dropped = false, elastic = false, tried = false;
+  if (inconsistent != 1) {
+    status = qp.solve();
+    iterations = qp.iterations;
+    solve_time = qp.solve_time;
+    tried = true;
+    if (status != SOLVED && inconsistent < 0) inconsistent = w.contact_rows_residual(rank) > inconsistent_above;
+  }
+  if (tried && status != SOLVED && na && inconsistent != 1) {
     // no torque within the limits holds the contacts (or ProxQP says so): solve without
     // the limits; the controller's safety layer clamps what exceeds them (wbc_qp.py)
     qp.l.segment(n_fr, na).setConstant(-INF);
     qp.u.segment(n_fr, na).setConstant(INF);
-    status = qp.solve();
+    const int unlimited = qp.solve();
     iterations += qp.iterations;
     solve_time += qp.solve_time;
-    info[2] = 1.0;
-    ++w.torque_limits_dropped;
+    if (unlimited == SOLVED || !n_active) {
+      status = unlimited;
+      dropped = true;
+    }
+  }
+  const VectorXd* x = &qp.x;
+  if (status != SOLVED && n_active) {  // no q̈ holds the contacts: the last resort
+    status = w.solve_elastic(t, tau_max, inv_m);
+    iterations += w.elastic.iterations;
+    solve_time += w.elastic.solve_time;
+    x = &w.elastic.x;
+    elastic = true;
   }
   Eigen::Map<VectorXd> qdd(qdd_out, nv), f(f_out, n), tau(tau_out, na);
-  qdd = qp.x.head(nv);
-  f = mass * qp.x.tail(n);
+  qdd = x->head(nv);
+  f = mass * x->tail(n);
   for (int i = 0; i < k; ++i)
     if (!active[i]) f.segment<3>(3 * i).setZero();  // bound to zero in the QP; make it exact
+  // the base rows are the dynamics: what ProxQP's tolerance left on them beyond
+  // BASE_ROWS_TOL of max(1, ‖M q̈ + h‖) is taken up by the base acceleration (wbc_qp.py)
+  w.gen.noalias() = t.M * qdd;
+  w.gen += t.h;
+  const double scale = std::max(1.0, w.gen.norm());
+  w.gen.noalias() -= t.J.transpose() * f;
+  if (nb && w.gen.head(nb).norm() > BASE_ROWS_TOL * scale) {
+    w.base_llt.compute(t.M.topLeftCorner(nb, nb));
+    qdd.head(nb) -= w.base_llt.solve(w.gen.head(nb));
+  }
   tau = t.M.bottomRows(na) * qdd + t.h.tail(na) - t.J.rightCols(na).transpose() * f;
   info[0] = iterations;
   info[1] = solve_time;
+  info[2] = dropped ? 1.0 : 0.0;
+  info[3] = elastic ? 1.0 : 0.0;
+  info[4] = 0.0;  // Result.relaxed: torque-limit excess [N·m], acceleration left [m/s²]
+  info[5] = 0.0;
+  if (dropped) {
+    ++w.torque_limits_dropped;
+    info[4] = std::max(0.0, (tau.cwiseAbs() - tau_max).maxCoeff());
+  }
+  if (elastic) {
+    ++w.contacts_elastic;
+    w.left.noalias() = qp.A.block(nb, 0, n, nv) * qdd;
+    w.left -= qp.b.segment(nb, n);
+    double worst = 0.0;
+    for (int i = 0; i < k; ++i) worst = std::max(worst, w.left.segment<3>(3 * i).norm());
+    info[5] = worst;
+  }
   return status;
 }
 
@@ -287,12 +392,14 @@ struct Qpc {
   double dt;
   bool unilateral_only;
   Qp stage1, stage2;
+  Qp stage1_unit;  // Stage I's last resort, per unit mass (qp_contact._rescue_stage1)
   const double* friction_rows;  // ContactSet.friction_rows (k x 5 x 3)
   const double* basis;          // ContactSet.basis (k x 3 x 3), rows t1, t2, n
   const double* phi;            // ContactSet.phi (k)
   long version = -1;
   bool stage2_ok = false, stage2_limited = true;
-  long fast_path_ticks = 0, stage2_failures = 0, non_penetration_dropped = 0;
+  long fast_path_ticks = 0, stage2_failures = 0, non_penetration_dropped = 0, stage1_rescued = 0;
+  double penetration = 0.0;  // Result.relaxed["non_penetration"] of the last tick [m/s]
   int effort_iterations = 0;
   double effort_time = 0.0;
   VectorXd f, f_unit, qdd, qdd_b, vq_plus, p, wv, tau0, tau1, v_plus, gap, base_wrench, rhs_h, vb_star, approach, cq;
@@ -303,7 +410,10 @@ struct Qpc {
       const double* phi_)
       : engine(e), d(engine_dims(*e)), dt(dt_), unilateral_only(unilateral),
         stage1(3 * d.k, 0, (PYRAMID_ROWS + 1) * d.k, warm, eps_abs, 100),
-        stage2(3 * d.k, d.nb, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100), friction_rows(rows), basis(basis_),
+        stage2(3 * d.k, d.nb, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100),
+        stage1_unit(3 * d.k, 0, (PYRAMID_ROWS + 1) * d.k, warm, eps_abs, RESCUE_MAX_ITER,
+                    STRICT_INFEASIBILITY_TOLERANCE),
+        friction_rows(rows), basis(basis_),
         phi(phi_), f(VectorXd::Zero(3 * d.k)), f_unit(VectorXd::Zero(3 * d.k)), qdd(VectorXd::Zero(d.nv)), qdd_b(d.nb), vq_plus(d.na), p(d.nb), wv(d.nb),
         tau0(d.na), tau1(d.na), v_plus(d.nv), gap(d.k), base_wrench(d.nb), rhs_h(d.nb), Z(d.nb, 3 * d.k),
         N(d.k, d.nv), rhs_b(d.nb, 1), A_chol(d.nb) {
@@ -380,6 +490,8 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
   c.qdd = Eigen::Map<const VectorXd>(qdd_des_p, nv);
   c.effort_iterations = 0;
   c.effort_time = 0.0;
+  c.penetration = 0.0;
+  bool relaxed_penetration = false;
   int status = SOLVED;
   int n_active = 0;
   for (int i = 0; i < k; ++i) n_active += active[i] ? 1 : 0;
@@ -494,20 +606,43 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
         s1.C.middleRows(r0, k).setZero();
         s1.l.segment(r0, k).setConstant(-INF);
         s1.infeasibility_tolerance = STRICT_INFEASIBILITY_TOLERANCE;
-        const int relaxed = s1.solve();
+        int relaxed = s1.solve();
         s1.infeasibility_tolerance = PROXQP_INFEASIBILITY_TOLERANCE;
         c.add_effort(s1);
+        c.f = s1.x;
+        if (relaxed != SOLVED) {
+          // once more per unit mass: f̂ = f/m, cost divided by m (qp_contact._rescue_stage1)
+          Qp& r = c.stage1_unit;
+          const double mass = t.M(0, 0);
+          r.H = mass * s1.H;
+          r.g = s1.g;
+          r.C = s1.C;
+          r.l = s1.l;
+          r.u = s1.u;
+          relaxed = r.solve();
+          c.add_effort(r);
+          c.f = mass * r.x;
+          if (relaxed == SOLVED) ++c.stage1_rescued;
+        }
         if (relaxed == SOLVED) {
           s1_status = status = SOLVED;
           ++c.non_penetration_dropped;
+          relaxed_penetration = true;
         }
-      }
-      if (s1_status == SOLVED)
+      } else {
         c.f = s1.x;
-      else
-        c.f.setZero();  // no usable forces: predict none (free fall), which is always safe
+      }
+      if (s1_status != SOLVED) c.f.setZero();  // no usable forces: predict none (free fall), which is always safe
       c.qdd.head(nb).noalias() = c.Z * c.f;
       c.qdd.head(nb) += c.p;
+      if (relaxed_penetration) {
+        // how much faster than the bound the answer lets a contact approach (_report_penetration)
+        c.v_plus = t.v + dt * c.qdd;
+        c.gap.noalias() = c.N * c.v_plus;
+        c.gap -= c.approach;
+        for (int i = 0; i < k; ++i)
+          if (active[i]) c.penetration = std::max(c.penetration, -c.gap[i]);
+      }
       if (stage2 && s1_status == SOLVED) {
         c.base_wrench.noalias() = Jb.transpose() * c.f;
         c.run_stage2(tau_max, torque_limits, -1);
@@ -537,6 +672,9 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
   info[3] = static_cast<double>(c.stage2_failures);
   info[4] = c.stage2_limited ? 1.0 : 0.0;
   info[5] = static_cast<double>(c.non_penetration_dropped);
+  info[6] = static_cast<double>(c.stage1_rescued);
+  info[7] = relaxed_penetration ? 1.0 : 0.0;
+  info[8] = c.penetration;
   return status;
 }
 
@@ -558,6 +696,7 @@ void idyn_wbc_free(void* w) { delete static_cast<idyn::Wbc*>(w); }
 void idyn_wbc_reset(void* w) {
   auto& wbc = *static_cast<idyn::Wbc*>(w);
   wbc.qp.initialized = false;
+  wbc.elastic.initialized = false;
   wbc.version = -1;
 }
 
@@ -569,6 +708,8 @@ int idyn_wbc_solve(void* w, const double* qdd_des, const std::uint8_t* active, l
 }
 
 long idyn_wbc_torque_limits_dropped(void* w) { return static_cast<idyn::Wbc*>(w)->torque_limits_dropped; }
+
+long idyn_wbc_contacts_elastic(void* w) { return static_cast<idyn::Wbc*>(w)->contacts_elastic; }
 
 void* idyn_qpc_new(void* engine, double dt, int unilateral_only, int warm_start, double eps_abs,
                    const double* friction_rows, const double* basis, const double* phi) {
@@ -585,6 +726,7 @@ void idyn_qpc_free(void* c) { delete static_cast<idyn::Qpc*>(c); }
 void idyn_qpc_reset(void* c) {
   auto& q = *static_cast<idyn::Qpc*>(c);
   q.stage1.initialized = false;
+  q.stage1_unit.initialized = false;
   q.stage2.initialized = false;
   q.version = -1;
 }
