@@ -7,6 +7,8 @@ contact wrench, warm-start behaviour on an indeterminate stance (seed 000 Fig. 5
 
 from __future__ import annotations
 
+import functools
+
 import json
 import math
 
@@ -581,28 +583,40 @@ def test_friction_spread_changes_torques_not_motion(load_robot, name):
     assert tau["torque"] < tau[False] - 1e-3  # the internal force was worth something
 
 
-#: since the quadruped's swings end 8 mm below the ground: measured, LCP,μ on rigid μ∞
-#: walks (and walks the 30 s task, which it never did) but its summed normal force is
-#: predicted to 3.4 %, not 2.5 %; issue 10
-_LCP_INF = pytest.mark.xfail(strict=True, reason="LCP,mu force error 3.4 % on rigid mu inf (issue 10)")
+@functools.lru_cache(maxsize=None)
+def _lcp_coulomb_trot(friction: float):
+    from idyn_control.sim.lockstep import Scenario, run_scenario
+
+    return run_scenario(Scenario(robot="quadruped", formulation="lcp_coulomb", friction=friction,
+                                 compliant=False, duration=3.0, trot_start=0.5, task="trot"))
 
 
-@pytest.mark.parametrize("friction", [pytest.param(math.inf, marks=_LCP_INF), 0.1])
+@pytest.mark.parametrize("friction", [math.inf, 0.1])
 def test_lcp_coulomb_trots_on_rigid_ground(friction):
     """Lock-step with MuJoCo, the project quadruped trotting at 0.2 m/s for 3 s (from
     0.5 s) on rigid ground, μ ∞ and 0.1: no fall, no fallback tick, speed within 30 % of
-    the command, the summed normal force predicted within 2.5 % on average (measured
-    1.7 % at μ ∞, 1.6 % at μ 0.1; seed 000 Table 5: 1.2–1.9 %), and every predicted force
-    in its friction cone — no foot pulls sideways without normal force (μ = 1e3 for ∞)."""
-    from idyn_control.sim.lockstep import Scenario, run_scenario
-
-    run = run_scenario(Scenario(robot="quadruped", formulation="lcp_coulomb", friction=friction,
-                                compliant=False, duration=3.0, trot_start=0.5, task="trot"))
+    the command, every predicted force in its friction cone — no foot pulls sideways
+    without normal force (μ = 1e3 for ∞) — and the summed normal force predicted within
+    2.5 % on μ 0.1 and, on μ ∞, within 2 % on the ticks whose contact set the estimate
+    knew (seed 000 Table 5: LCP,μ 1.2–1.9 %)."""
+    run = _lcp_coulomb_trot(friction)
     tr, m = run.trace, run.metrics
     assert not m["fell"] and tr.t.size == 3000
     assert int(tr.fallback.sum()) == 0
     assert abs(m["speed_along_command_m_s"] - 0.2) <= 0.3 * 0.2
-    assert m["force_error_sum_rel"] <= 0.025
+    if friction == math.inf:  # the error left is at unseen touchdowns (below)
+        assert m["force_error_sum_known_rel"] <= 0.02
+    else:  # slip, not touchdowns: 2.1 % on the known ticks as well
+        assert m["force_error_sum_rel"] <= 0.025
     mu = 1e3 if friction == math.inf else friction
     f_t = np.abs(tr.f_pred[:, :, :2]).sum(axis=2)  # ground normal +z: inscribed cone |fx| + |fy| ≤ μ fz
     assert np.all(f_t <= mu * tr.f_pred[:, :, 2] + 1e-6 * (1.0 + np.abs(tr.f_pred).max()))
+
+
+@pytest.mark.xfail(strict=True, reason="issue 10: LCP,μ on rigid μ∞ predicts the summed normal force to 3.4 %: "
+                                       "~80 % of the error is at touchdowns the contact estimate has not seen yet")
+def test_lcp_coulomb_predicts_the_summed_force_within_2_5_percent_on_rigid_mu_inf():
+    """Since the quadruped's swings end 8 mm below the ground its feet land harder; the
+    impact of a foot the previous period's contact estimate does not count is in no
+    prediction."""
+    assert _lcp_coulomb_trot(math.inf).metrics["force_error_sum_rel"] <= 0.025

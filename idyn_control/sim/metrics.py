@@ -21,6 +21,9 @@ import numpy as np
 #: ticks whose measured summed normal force is below this fraction of the robot's weight
 #: are left out of the force-prediction error (airborne or bouncing: no meaningful ratio)
 MIN_LOAD_FRACTION = 0.2
+#: a foot the contact estimate did not count as touching but that the simulator pushed with
+#: more than this [N] over the period touched down unseen (``force_error_unseen_share``)
+UNSEEN_CONTACT_N = 0.1
 
 
 @dataclass
@@ -152,6 +155,16 @@ def compute_metrics(trace: Trace, *, dt: float, weight: float = 0.0, floating_ba
         foot_load = float(np.mean(meas_n[loaded][meas_n[loaded] > 0])) if (meas_n[loaded] > 0).any() else 0.0
         out["force_error_foot_rel"] = float(per_foot.mean() / foot_load) if foot_load > 0 else float("nan")
         out["measured_normal_sum_N"] = mean_meas
+        # where the error comes from: ticks on which a foot touched down that the contact
+        # estimate (the previous period's) did not count yet; the prediction has no force
+        # there, the simulator an impact
+        unseen = ((meas_n > UNSEEN_CONTACT_N) & ~trace.contact[:n]).any(axis=1)[loaded]
+        known = ~unseen
+        out["touchdown_unseen_ticks"] = int(unseen.sum())
+        out["force_error_unseen_share"] = float(err[unseen].sum() / err.sum()) if err.sum() > 0 else 0.0
+        if known.any():
+            meas_known = float(np.mean(meas_n[loaded][known].sum(axis=1)))
+            out["force_error_sum_known_rel"] = float(err[known].mean() / meas_known) if meas_known > 0 else float("nan")
     return out
 
 
@@ -180,6 +193,10 @@ def format_metrics(m: dict[str, Any]) -> str:
                      f"({100 * m['force_error_sum_rel']:.2f} % of {m['measured_normal_sum_N']:.2f} N)")
         lines.append(f"  {'force prediction (per foot, normal)':<34}{m['force_error_foot_N']:.3f} N "
                      f"({100 * m['force_error_foot_rel']:.1f} % of the mean foot load)")
+        if "force_error_sum_known_rel" in m:
+            lines.append(f"  {'  of it at unseen touchdowns':<34}{100 * m['force_error_unseen_share']:.0f} % "
+                         f"({m['touchdown_unseen_ticks']} ticks); the other ticks "
+                         f"{100 * m['force_error_sum_known_rel']:.2f} %")
     if "tick_p50_us" in m:
         lines.append(f"  {'tick compute p50 / p99 / max':<34}{m['tick_p50_us']:.0f} / {m['tick_p99_us']:.0f} / "
                      f"{m['tick_max_us']:.0f} µs")
