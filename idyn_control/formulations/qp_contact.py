@@ -446,6 +446,9 @@ class _QpContact(Formulation):
             qdd[:nb] = qdd_b
             return False
         w_star = self.terms.M[:nb] @ qdd + self.terms.h[:nb]
+        if not self._base_wrench_reachable(Jb, w_star):
+            qdd[:nb] = qdd_b
+            return False
         iterations, solve_time = self._stage2(Jb, w_star, limited=self.options["torque_limits"])
         self.stage2_outcome = (iterations, solve_time)
         if self._stage2_ok:
@@ -454,6 +457,15 @@ class _QpContact(Formulation):
         self.stage2_failures -= 1  # not a failure: the set was empty, both stages follow
         qdd[:nb] = qdd_b
         return False
+
+    def _base_wrench_reachable(self, Jb: np.ndarray, base_wrench: np.ndarray) -> bool:
+        """Whether some forces of the active contacts (friction aside) give ``base_wrench``:
+        its least-squares residual per unit mass is within 100 ``eps_abs``. With two feet
+        (6 forces, rank 5) it generically is not, and Stage II on the fast path would only
+        spend its iterations finding that out (a trot's two-foot phases)."""
+        JbT = Jb.T * np.repeat(self.contacts.active, 3)
+        f_ls = np.linalg.lstsq(JbT, base_wrench, rcond=None)[0]
+        return float(np.linalg.norm(JbT @ f_ls - base_wrench)) / self.terms.M[0, 0] <= 100.0 * self.options["eps_abs"]
 
     def _stage2(self, Jb: np.ndarray, base_wrench: np.ndarray, *, limited: bool | None) -> tuple[int, float]:
         """min ½‖τ(f)‖² over feasible f with J_bᵀ f = ``base_wrench`` (Stage I's optimal set).

@@ -405,6 +405,12 @@ struct Qpc {
   VectorXd f, f_unit, qdd, qdd_b, vq_plus, p, wv, tau0, tau1, v_plus, gap, base_wrench, rhs_h, vb_star, approach, cq;
   MatrixXd Z, N, rhs_b, G;
   Eigen::LLT<MatrixXd> A_chol;
+  // the fast path's consistency check (qp_contact._base_wrench_reachable): J_bᵀ of the
+  // active contacts (inactive columns zero), its QR, least-squares forces and residual
+  double eps_abs;
+  MatrixXd JbT_active;
+  Eigen::ColPivHouseholderQR<MatrixXd> range_qr;
+  VectorXd f_ls, wrench_residual;
 
   Qpc(Engine* e, double dt_, bool unilateral, bool warm, double eps_abs, const double* rows, const double* basis_,
       const double* phi_)
@@ -419,8 +425,30 @@ struct Qpc {
         N(d.k, d.nv), rhs_b(d.nb, 1), A_chol(d.nb) {
     vb_star.resize(d.nb);
     approach.resize(d.k);
+    this->eps_abs = eps_abs;
+    JbT_active.resize(d.nb, 3 * d.k);
+    range_qr = Eigen::ColPivHouseholderQR<MatrixXd>(d.nb, 3 * d.k);
+    f_ls.resize(3 * d.k);
+    wrench_residual.resize(d.nb);
     cq.resize(3 * d.k);
     G.resize(d.nb, d.nb);
+  }
+
+  // Whether some forces of the active contacts (friction aside) give the base wrench
+  // `base_wrench`: its least-squares residual per unit mass is within 100 eps_abs. With two
+  // feet (6 forces, rank 5) it generically is not, and Stage II on the fast path would only
+  // spend its iterations on finding that out.
+  bool base_wrench_reachable(const std::uint8_t* active) {
+    const Terms& t = engine_terms(*engine);
+    const int k = d.k, nb = d.nb;
+    JbT_active = t.J.leftCols(nb).transpose();
+    for (int i = 0; i < k; ++i)
+      if (!active[i]) JbT_active.middleCols<3>(3 * i).setZero();
+    range_qr.compute(JbT_active);
+    f_ls.noalias() = range_qr.solve(base_wrench);
+    wrench_residual.noalias() = JbT_active * f_ls;
+    wrench_residual -= base_wrench;
+    return wrench_residual.norm() / t.M(0, 0) <= 100.0 * eps_abs;
   }
 
   void add_effort(const Qp& qp) {
@@ -562,6 +590,10 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
       if (!penetrates) {
         c.base_wrench.noalias() = t.M.topRows(nb) * c.qdd;
         c.base_wrench += t.h.head(nb);
+      }
+      if (!penetrates && !c.base_wrench_reachable(active)) {
+        c.qdd.head(nb) = c.qdd_b;
+      } else if (!penetrates) {
         c.run_stage2(tau_max, torque_limits, torque_limits ? 1 : 0);
         if (c.stage2_ok) {
           ++c.fast_path_ticks;
