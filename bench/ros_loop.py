@@ -40,6 +40,16 @@ Three latencies are reported:
 - node deadline misses, tick compute time and start lateness come from the node's
   /diagnostics (its own monotonic clock; see idyn_control.ros.loop_stats).
 
+``--scenario trot`` measures the robot while it trots: the node is the gait controller node
+(``idyn_control.ros.gait_controller_node``, the same parameters), this process publishes
+/cmd_vel (``--speed`` forward, 20 Hz) and replays, instead of the standing state, a trot
+recorded beforehand in lock-step MuJoCo with the same robot and formulation (steady
+cycles, looped with the base moved on by the distance each loop covered): feet lift and
+land, contact estimates switch, and the node's gait plans swings, footholds and joint
+references every tick. The node's gait runs on its own clock (the stamps), open loop with
+respect to the replayed states. ``compiled_tick_fraction`` is the share of the node's ticks
+in the window that ran compiled (``native``).
+
 The first ``--warmup`` seconds of every run are discarded. ``--rounds R`` interleaves the
 designs in R rounds so that load drift on a shared machine hits all of them alike; the
 in-node latency is reported pooled and per round, with each percentile's median, min and
@@ -84,10 +94,27 @@ def percentiles(x, ps=(50, 99, 99.9)):
     return out
 
 
+def recorded_trot(robot: str, formulation: str, speed: float, cycles: int = 7) -> dict[str, np.ndarray]:
+    """Whole gait cycles of a steady lock-step trot (MuJoCo, Python reference loop): q, v,
+    contact masks per 1 ms tick, and the base displacement over them."""
+    from idyn_control.sim.lockstep import Scenario, run_scenario
+
+    period = 0.3
+    start = 1.5  # steady: a second after the trot started
+    run = run_scenario(Scenario(robot=robot, formulation=formulation or "qp_coulomb",
+                                duration=start + cycles * period + 0.05, velocity=(speed, 0.0, 0.0), trot_start=0.5))
+    if run.metrics["fell"]:
+        raise RuntimeError(f"the recorded trot of {robot} fell")
+    tr = run.trace
+    window = slice(int(round(start / 1e-3)), int(round((start + cycles * period) / 1e-3)))
+    q, v, contact = tr.q[window].copy(), tr.v[window].copy(), tr.contact[window].copy()
+    return {"q": q, "v": v, "contact": contact, "shift": q[-1, :2] - q[0, :2] + (q[1, :2] - q[0, :2])}
+
+
 class Feeder:
     """Publishes the robot's state at ``rate`` Hz and records what comes back."""
 
-    def __init__(self, node, robot: str, rate: float):
+    def __init__(self, node, robot: str, rate: float, trot: dict | None = None, speed: float = 0.0):
         from nav_msgs.msg import Odometry
         from rclpy.qos import QoSProfile, ReliabilityPolicy
         from sensor_msgs.msg import JointState
@@ -109,6 +136,9 @@ class Feeder:
         p.x, p.y, p.z = (float(v) for v in q[:3])
         o.x, o.y, o.z, o.w = (float(v) for v in q[3:7])
         self.contacts = Float64MultiArray(data=[1.0] * len(model.contacts))
+        self.model, self.trot, self.speed = model, trot, speed
+        self._replay = 0
+        self._offset = np.zeros(2)
         best_effort = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)
         self.pub_js = node.create_publisher(JointState, "/joint_states", best_effort)
         self.pub_odom = node.create_publisher(Odometry, "/odom", best_effort)
@@ -130,6 +160,12 @@ class Feeder:
         node.create_subscription(JointState, "/joint_states", self._on_own_joint_state, best_effort)
         node.create_subscription(Float64MultiArray, "/effort_controller/commands", self._on_cmd, reliable)
         node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, reliable)
+        if trot is not None:
+            from geometry_msgs.msg import Twist
+
+            self.twist = Twist()
+            self.twist.linear.x = float(speed)
+            self.pub_cmd_vel = node.create_publisher(Twist, "/cmd_vel", 10)
 
     def _on_state(self, msg):
         now = time.monotonic_ns()
@@ -156,8 +192,12 @@ class Feeder:
         """Publish if the next send time has come; return the time of the next one."""
         now = time.monotonic()
         if now >= self._next:
+            if self.trot is not None:
+                self._next_trot_state()
             now_ns = time.monotonic_ns()
             sec, nsec = divmod(now_ns, 1_000_000_000)
+            if self.trot is not None and self._k % 50 == 0:  # /cmd_vel at 20 Hz, like a teleop
+                self.pub_cmd_vel.publish(self.twist)
             if self._k % 2 == 0:  # odometry and contacts at 500 Hz, like a typical estimator
                 self.odom.header.stamp.sec, self.odom.header.stamp.nanosec = sec, nsec
                 self.pub_odom.publish(self.odom)
@@ -170,6 +210,24 @@ class Feeder:
             if now - self._next > 0.1:  # fell far behind (machine stalled): re-anchor
                 self._next = now + self.period
         return self._next
+
+
+    def _next_trot_state(self) -> None:
+        """The replayed trot's next tick into the messages (base moved on at each loop)."""
+        tr, m, i = self.trot, self.model, self._replay
+        q, v = tr["q"][i], tr["v"][i]
+        self.js.position = [float(x) for x in q[m.joint_q_index]]
+        self.js.velocity = [float(x) for x in v[6:]]
+        p, o = self.odom.pose.pose.position, self.odom.pose.pose.orientation
+        p.x, p.y, p.z = float(q[0] + self._offset[0]), float(q[1] + self._offset[1]), float(q[2])
+        o.x, o.y, o.z, o.w = (float(x) for x in q[3:7])
+        lin, ang = self.odom.twist.twist.linear, self.odom.twist.twist.angular
+        lin.x, lin.y, lin.z = (float(x) for x in v[:3])
+        ang.x, ang.y, ang.z = (float(x) for x in v[3:6])
+        self.contacts.data = [float(c) for c in tr["contact"][i]]
+        self._replay = (i + 1) % len(tr["q"])
+        if self._replay == 0:
+            self._offset += tr["shift"]
 
 
 def core_compute_reference(params: str, formulation: str = "", ticks: int = 1500) -> dict:
@@ -205,7 +263,8 @@ def run_mode(mode: str, args, env, seconds: float) -> dict:
     node_env = dict(env, **dict(o[4:].split("=", 1) for o in overrides if o.startswith("env:")))
     overrides = [o for o in overrides if not o.startswith("env:")]
     loop_mode, _, priority = design.partition("@")  # "thread@80": SCHED_FIFO priority 80
-    cmd = [sys.executable, "-m", "idyn_control.ros.controller_node", "--ros-args",
+    module = "gait_controller_node" if args.scenario == "trot" else "controller_node"
+    cmd = [sys.executable, "-m", f"idyn_control.ros.{module}", "--ros-args",
            "--params-file", str(args.params), "-p", f"loop_mode:={loop_mode}",
            "-p", f"loop_priority:={int(priority or 0)}",
            *(x for o in overrides for x in ("-p", o.replace("=", ":=", 1))),
@@ -223,7 +282,7 @@ def run_mode(mode: str, args, env, seconds: float) -> dict:
     node = rclpy.create_node("ros_loop_bench", context=context)
     executor = EventsExecutor(context=context)
     executor.add_node(node)
-    feeder = Feeder(node, args.robot, args.rate)
+    feeder = Feeder(node, args.robot, args.rate, args.trot_recording, args.speed)
     def spin_for(seconds: float) -> None:
         """Publish and receive in this one thread (no GIL hand-offs distorting receive times)."""
         end = time.monotonic() + seconds
@@ -295,6 +354,10 @@ def run_mode(mode: str, args, env, seconds: float) -> dict:
         "last_source": diag_end.get("last_source"),
         "native_loop_compiled_ticks": num(diag_end, "native_loop.compiled_ticks"),
         "native_loop_python_ticks": num(diag_end, "native_loop.python_ticks"),
+        "window_compiled_ticks": num(diag_end, "native_loop.compiled_ticks") - num(diag_start, "native_loop.compiled_ticks"),
+        "window_python_ticks": num(diag_end, "native_loop.python_ticks") - num(diag_start, "native_loop.python_ticks"),
+        "fallback_ticks": sum(num(diag_end, f"source.{s}") - num(diag_start, f"source.{s}")
+                              for s in ("zero", "damping", "gravity", "hold")),
         "loadavg_1min": os.getloadavg()[0],
         "core_update_us": core_ref,
     }
@@ -335,6 +398,8 @@ def summarize(mode: str, rounds: list[dict], rate: float) -> dict:
     commands = sum(r["commands"] for r in rounds)
     seconds = sum(r["seconds"] for r in rounds)
     ticks, misses, skipped = (sum(r[k] for r in rounds) for k in ("ticks", "misses", "skipped"))
+    compiled = sum(r["window_compiled_ticks"] for r in rounds)
+    python = sum(r["window_python_ticks"] for r in rounds)
     return {
         "mode": mode,
         "rounds": len(rounds),
@@ -372,6 +437,9 @@ def summarize(mode: str, rounds: list[dict], rate: float) -> dict:
             "start_late_p99_us_max_over_rounds": max(r["start_late_p99_us"] for r in rounds),
             "watchdog_trips": sum(r["watchdog_trips"] for r in rounds),
             "native_loop_compiled_ticks": rounds[-1]["native_loop_compiled_ticks"],
+            "compiled_tick_fraction": compiled / (compiled + python) if compiled + python else float("nan"),
+            "window_python_ticks": python,
+            "fallback_ticks": sum(r["fallback_ticks"] for r in rounds),
             "native_loop_python_ticks": rounds[-1]["native_loop_python_ticks"],
             "last_source": rounds[-1]["last_source"],
         },
@@ -387,6 +455,9 @@ def main(argv=None) -> int:
     parser.add_argument("--robot", default="solo12")
     parser.add_argument("--params", default=str(ROOT / "config" / "solo12.yaml"))
     parser.add_argument("--formulation", default="", help="override the YAML's formulation")
+    parser.add_argument("--scenario", choices=("stand", "trot"), default="stand",
+                        help="stand: the standing state; trot: the gait node trotting on a replayed trot")
+    parser.add_argument("--speed", type=float, default=0.2, help="trot: /cmd_vel forward speed [m/s]")
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--node-cpus", default="",
                         help="comma-separated CPUs for the node (its cpu_affinity); this process "
@@ -401,6 +472,13 @@ def main(argv=None) -> int:
     if args.duration_opt:
         args.duration = args.duration_opt
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    args.trot_recording = None
+    if args.scenario == "trot":
+        from idyn_control import config as _config
+
+        formulation = args.formulation or _config.load_params_file(args.params).get("formulation", "")
+        print(f"ros_loop: recording a trot of {args.robot} ({formulation}) in lock-step MuJoCo ...", flush=True)
+        args.trot_recording = recorded_trot(args.robot, formulation, args.speed)
     env = dict(os.environ)
     env.setdefault("ROS_DOMAIN_ID", str(random.randint(101, 200)))
     os.environ["ROS_DOMAIN_ID"] = env["ROS_DOMAIN_ID"]
@@ -418,6 +496,7 @@ def main(argv=None) -> int:
                     "cores": os.cpu_count(), "python": platform.python_version(),
                     "loadavg_start": os.getloadavg()},
         "robot": args.robot, "params": str(args.params), "formulation_override": args.formulation,
+        "scenario": args.scenario, "speed_m_s": args.speed if args.scenario == "trot" else 0.0,
         "rate_hz": args.rate, "monitor_rate_hz": args.monitor_rate or args.rate, "node_cpus": args.node_cpus,
         "duration_s": args.duration, "warmup_s": args.warmup, "rounds": args.rounds,
         "results": [],
@@ -443,7 +522,8 @@ def main(argv=None) -> int:
               f"{r['one_hop_floor_us'].get('p50', nan):.0f} p99 {r['one_hop_floor_us'].get('p99', nan):.0f}) "
               f"| commands {r['command_rate_hz']:.0f} Hz, "
               f"jitter p99 {r['command_jitter_us'].get('p99', float('nan')):.0f} µs, "
-              f"lost {r['receiver_lost_rate'] * 100:.2f} % | node misses {n['deadline_miss_rate'] * 100:.2f} % "
+              f"lost {r['receiver_lost_rate'] * 100:.2f} % | node misses {n['deadline_miss_rate'] * 100:.3f} % "
+              f"| compiled ticks {n['compiled_tick_fraction'] * 100:.3f} % "
               f"| load {np.mean(r['loadavg_1min']):.1f}, Controller.update alone p50 "
               f"{np.mean([x for x in r['core_update_p50_us'] if x]):.0f} µs", flush=True)
     report["machine"]["loadavg_end"] = os.getloadavg()

@@ -34,6 +34,7 @@
 #include <mutex>
 #include <vector>
 
+#include "api.h"
 #include "native.hpp"
 
 namespace pin = pinocchio;
@@ -514,7 +515,12 @@ void stop(Gait& g) {
 
 // The gait node's tick (ros/gait_controller_node.py _apply_references): a fresh non-zero
 // /cmd_vel trots at that velocity, a zero or stale one stops; then the gait's update.
+// Without a /cmd_vel timeout (NaN) only the update: the caller commands the gait.
 void drive(Gait& g, double t, const double* q, const double* v, const std::uint8_t* mask, double now) {
+  if (std::isnan(g.c(C_CMD_VEL_TIMEOUT))) {
+    update(g, t, q, v, mask);
+    return;
+  }
   double command[3], command_time;
   {
     std::lock_guard<std::mutex> lock(g.command_mutex);

@@ -15,13 +15,11 @@ a known terrain (``Gait.set_terrain``) runs in Python.
 
 from __future__ import annotations
 
-import ctypes
 import math
-from ctypes import c_double, c_int, c_void_p
 
 import numpy as np
 
-from . import NativeUnavailable, _addr, load
+from . import NativeUnavailable, load
 
 #: gait.cpp ConfigSlot scalars, in order (the Gait's derived values: effective limits and gains)
 CONFIG = ("period", "duty_factor", "step_height", "max_acceleration", "max_yaw_acceleration", "feedback_gain",
@@ -45,28 +43,6 @@ MODES = ("stand", "trot")
 _FLAGS = frozenset(("planned_stance", "swinging", "_swung", "_stop_requested"))
 _OPTIONAL = frozenset(("_t_stopped", "_t_prev"))
 
-_declared = False
-
-
-def _lib():
-    global _declared
-    lib = load()
-    if not _declared:
-        P, I, D = c_void_p, c_int, c_double
-        lib.idyn_gait_new.restype = P
-        lib.idyn_gait_new.argtypes = [P, I, I, I, P, I, P, P, P, P, P]
-        lib.idyn_gait_free.argtypes = [P]
-        lib.idyn_gait_update.argtypes = [P, D, P, P, P]
-        lib.idyn_gait_drive.argtypes = [P, D, P, P, P, D]
-        lib.idyn_gait_undo.argtypes = [P]
-        lib.idyn_gait_reset.argtypes = [P, D, P, P, P]
-        lib.idyn_gait_start.argtypes = [P, D]
-        lib.idyn_gait_stop.argtypes = [P]
-        lib.idyn_gait_command.argtypes = [P, D, D, D, D]
-        _declared = True
-    return lib
-
-
 def _sizes(k: int, na: int, nq: int) -> dict:
     return {1: 1, 3: 3, "k": k, "k3": 3 * k, "na": na, "nq": nq}
 
@@ -76,13 +52,12 @@ class CompiledGait:
 
     ``gait``: the configured Python gait (its controller must run the compiled engine); its
     configuration and current state are taken over, and it is left as it was.
-    ``cmd_vel_timeout``: for :meth:`drive` (the gait node's /cmd_vel timeout) [s].
+    ``cmd_vel_timeout``: the gait node's /cmd_vel timeout [s] for :meth:`drive`; None: no
+    /cmd_vel, :meth:`drive` only updates (the caller commands with start/stop/set_velocity).
     Raises :class:`NativeUnavailable` when the compiled gait cannot serve it.
     """
 
-    def __init__(self, gait, cmd_vel_timeout: float = math.inf):
-        self.handle = None
-        self.lib = lib = _lib()
+    def __init__(self, gait, cmd_vel_timeout: float | None = None):
         ctrl, model = gait.controller, gait.model
         engine = getattr(ctrl.formulation, "_engine", None)
         if engine is None:
@@ -108,25 +83,19 @@ class CompiledGait:
         self.load(gait)
         values = dict(vars(gait.config), max_acceleration=gait.max_acceleration, feedback_gain=gait.feedback_gain,
                       swing_duration=gait.swing_duration, stance_duration=gait.stance_duration,
-                      cmd_vel_timeout=cmd_vel_timeout)
+                      cmd_vel_timeout=math.nan if cmd_vel_timeout is None else cmd_vel_timeout)
         self._config = np.concatenate(([float(values[name]) for name in CONFIG], gait.touchdown_phases,
                                        gait.foot_offsets.reshape(-1), gait.com_offset, model.q_lower, model.q_upper))
         self._joint_q_index = np.asarray(model.joint_q_index, dtype=np.int32).copy()
         self._feet = np.asarray(model.contact_frame_ids, dtype=np.int32).copy()
         self._refs_arrays = [getattr(ctrl, name) for name in CONTROLLER_REFS]
-        self._refs = np.array([_addr(a) for a in self._refs_arrays], dtype=np.uint64)
-        self.handle = lib.idyn_gait_new(engine.handle, k, model.n_base, self.state.size, _addr(self._config),
-                                        self._config.size, _addr(self._joint_q_index), _addr(self._feet),
-                                        _addr(self.state), _addr(self._refs), _addr(ctrl.swing))
-        if not self.handle:
-            raise NativeUnavailable("the compiled gait could not be created (sizes do not match the model)")
+        try:
+            self._ext = load().Gait(engine._ext, k, self.state, self._config, self._joint_q_index, self._feet,
+                                    self._refs_arrays, ctrl.swing)
+        except (RuntimeError, ValueError) as err:
+            raise NativeUnavailable(f"the compiled gait: {err}") from None
+        self.handle = self._ext.handle
         self._mask = np.zeros(k, dtype=np.uint8)
-        self._update = lib.idyn_gait_update
-
-    def __del__(self):
-        handle, self.handle = getattr(self, "handle", None), None
-        if handle:
-            self.lib.idyn_gait_free(handle)
 
     # ------------------------------------------------------------------ state
     def load(self, gait) -> None:
@@ -180,10 +149,10 @@ class CompiledGait:
         self._views["velocity_command"][:] = cmd
 
     def start(self, t: float | None = None) -> None:
-        self.lib.idyn_gait_start(self.handle, math.nan if t is None else float(t))
+        self._ext.start(math.nan if t is None else float(t))
 
     def stop(self) -> None:
-        self.lib.idyn_gait_stop(self.handle)
+        self._ext.stop()
 
     def set_mode(self, mode: str) -> None:
         if mode not in MODES:
@@ -205,26 +174,25 @@ class CompiledGait:
     def command(self, vx: float, vy: float, yaw_rate: float, now: float) -> None:
         """The latest /cmd_vel and its receive time (``time.monotonic()``), for :meth:`drive`;
         any thread, a data write."""
-        self.lib.idyn_gait_command(self.handle, float(vx), float(vy), float(yaw_rate), float(now))
+        self._ext.command(float(vx), float(vy), float(yaw_rate), float(now))
 
     # ------------------------------------------------------------------ tick
     def reset(self, t: float, q: np.ndarray, v: np.ndarray, contact_mask=None) -> None:
         """As :meth:`Gait.reset` (stand where the robot is)."""
         q, v = self._state_arrays(q, v)
-        mask = 0 if contact_mask is None else _addr(self._mask_of(contact_mask))
-        self.lib.idyn_gait_reset(self.handle, float(t), q.ctypes.data, v.ctypes.data, mask)
+        self._ext.reset(float(t), q, v, None if contact_mask is None else self._mask_of(contact_mask))
 
     def update(self, t: float, q: np.ndarray, v: np.ndarray, contact_mask) -> None:
         """As :meth:`Gait.update`: advance to ``t`` [s] and write the controller's references."""
         q, v = self._state_arrays(q, v)
-        self._update(self.handle, float(t), q.ctypes.data, v.ctypes.data, _addr(self._mask_of(contact_mask)))
+        self._ext.update(float(t), q, v, self._mask_of(contact_mask))
 
     def drive(self, t: float, q: np.ndarray, v: np.ndarray, contact_mask, now: float) -> None:
         """The gait node's tick: trot at the /cmd_vel set by :meth:`command` while it is fresh
-        (``now``: ``time.monotonic()``) and non-zero, else stop; then :meth:`update`."""
+        (``now``: ``time.monotonic()``) and non-zero, else stop; then :meth:`update` (only
+        that without a ``cmd_vel_timeout``)."""
         q, v = self._state_arrays(q, v)
-        self.lib.idyn_gait_drive(self.handle, float(t), q.ctypes.data, v.ctypes.data,
-                                 _addr(self._mask_of(contact_mask)), float(now))
+        self._ext.drive(float(t), q, v, self._mask_of(contact_mask), float(now))
 
     def valid(self) -> bool:
         """False if the controller replaced one of the arrays the gait writes."""
