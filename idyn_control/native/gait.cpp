@@ -125,6 +125,7 @@ struct Gait {
   std::uint8_t* swing_out;     // Controller.swing
   // views of the state (native/gait.py STATE order after the scalars)
   double *velocity_command, *velocity_filtered, *base_position_ref, *base_velocity_ref, *base_angular_ref;
+  double *body_offset, *body_offset_velocity;
   double *planned_stance, *swinging, *swung, *off_ground, *swing_start;
   double *liftoff, *touchdown, *stance_position, *foot_position_ref, *foot_velocity_ref, *foot_acceleration_ref;
   double *q_joint_ref, *v_joint_ref, *a_joint_ref, *q_ik;
@@ -169,18 +170,20 @@ void update_base(Gait& g, double t, double dt, const double* q) {
   g.base_angular_ref[2] = wz;
   bp[0] += bv[0] * dt;
   bp[1] += bv[1] * dt;
-  if (stand) {  // bring the CoM over the centre of the feet, slowly
+  if (stand) {  // bring the CoM over the centre of the feet, slowly, plus the body offset
     double mean[2] = {0.0, 0.0};
     for (int i = 0; i < g.k; ++i) {
       mean[0] += g.stance_position[3 * i];
       mean[1] += g.stance_position[3 * i + 1];
     }
-    const Vec3 com = Rz * Eigen::Map<const Vec3>(g.com_offset);
-    const double limit = g.c(C_STAND_SHIFT_SPEED) * dt;
+    const Vec3 com = Rz * (Eigen::Map<const Vec3>(g.com_offset) - Eigen::Map<const Vec3>(g.body_offset));
+    const double speed = g.c(C_STAND_SHIFT_SPEED), limit = speed * dt;
     for (int j = 0; j < 2; ++j) {
       const double target = mean[j] / g.k - com[j];
       bp[j] += clip(target - bp[j], -limit, limit);
     }
+    const Vec3 shift_velocity = Rz * Eigen::Map<const Vec3>(g.body_offset_velocity);
+    for (int j = 0; j < 2; ++j) bv[j] += clip(shift_velocity[j], -speed, speed);
   }
   const double lead[2] = {bp[0] - q[0], bp[1] - q[1]};
   const double dist = std::hypot(lead[0], lead[1]);
@@ -195,6 +198,10 @@ void update_base(Gait& g, double t, double dt, const double* q) {
   const double rise = g.s(S_STANDING_HEIGHT) - g.s(S_STAND_FROM);
   bp[2] = g.s(S_STAND_FROM) + rise * h;
   bv[2] = (T <= 0.0 || s >= 1.0) ? 0.0 : rise * dh / T;
+  if (stand) {  // a squat
+    bp[2] += g.body_offset[2];
+    bv[2] += g.body_offset_velocity[2];
+  }
 }
 
 void update_schedule(Gait& g, double t, const std::uint8_t* mask) {
@@ -569,7 +576,7 @@ void* idyn_gait_new(void* engine, int k, int nb, int state_size, const double* c
     }
     double* p = state + idyn::S_SCALARS;
     double** views3[] = {&g->velocity_command, &g->velocity_filtered, &g->base_position_ref, &g->base_velocity_ref,
-                         &g->base_angular_ref};
+                         &g->base_angular_ref, &g->body_offset, &g->body_offset_velocity};
     for (double** v : views3) { *v = p; p += 3; }
     double** views_k[] = {&g->planned_stance, &g->swinging, &g->swung, &g->off_ground, &g->swing_start};
     for (double** v : views_k) { *v = p; p += k; }

@@ -31,10 +31,11 @@ CONFIG = ("period", "duty_factor", "step_height", "max_acceleration", "max_yaw_a
 STATE = (("mode", 1), ("_stop_requested", 1), ("_t_stopped", 1), ("_t_cycle0", 1), ("_t_prev", 1),
          ("base_yaw_ref", 1), ("_stand_from", 1), ("_t_reset", 1), ("ground_height", 1), ("standing_height", 1),
          ("velocity_command", 3), ("velocity_filtered", 3), ("base_position_ref", 3), ("base_velocity_ref", 3),
-         ("base_angular_ref", 3), ("planned_stance", "k"), ("swinging", "k"), ("_swung", "k"), ("_off_ground", "k"),
-         ("_swing_start", "k"), ("_liftoff", "k3"), ("_touchdown", "k3"), ("_stance_position", "k3"),
-         ("foot_position_ref", "k3"), ("foot_velocity_ref", "k3"), ("foot_acceleration_ref", "k3"),
-         ("q_joint_ref", "na"), ("v_joint_ref", "na"), ("a_joint_ref", "na"), ("_q_ik", "nq"))
+         ("base_angular_ref", 3), ("body_offset", 3), ("body_offset_velocity", 3), ("planned_stance", "k"),
+         ("swinging", "k"), ("_swung", "k"), ("_off_ground", "k"), ("_swing_start", "k"), ("_liftoff", "k3"),
+         ("_touchdown", "k3"), ("_stance_position", "k3"), ("foot_position_ref", "k3"), ("foot_velocity_ref", "k3"),
+         ("foot_acceleration_ref", "k3"), ("q_joint_ref", "na"), ("v_joint_ref", "na"), ("a_joint_ref", "na"),
+         ("_q_ik", "nq"))
 #: Controller arrays the gait writes (gait.cpp Ref), in order
 CONTROLLER_REFS = ("q_ref", "v_ref", "a_ref", "base_position_ref", "base_rotation_ref", "base_velocity_ref",
                    "base_angular_ref", "foot_position_ref", "foot_velocity_ref", "foot_acceleration_ref")
@@ -140,13 +141,16 @@ class CompiledGait:
 
     # ------------------------------------------------------------------ commands
     def set_velocity(self, vx: float = 0.0, vy: float = 0.0, yaw_rate: float = 0.0) -> None:
-        """Commanded planar base velocity [m/s, m/s, rad/s] (heading frame), as Gait.set_velocity."""
-        cmd = np.array([vx, vy, yaw_rate], dtype=float)
-        if not np.isfinite(cmd).all():
-            from ..errors import ConfigError
+        """As :meth:`Gait.set_velocity` (which checks it): [m/s, m/s, rad/s], heading frame."""
+        self.reference.set_velocity(vx, vy, yaw_rate)
+        self._views["velocity_command"][:] = self.reference.velocity_command
 
-            raise ConfigError("velocity", cmd.tolist(), "must be finite")
-        self._views["velocity_command"][:] = cmd
+    def set_body_offset(self, offset, velocity=(0.0, 0.0, 0.0)) -> None:
+        """As :meth:`Gait.set_body_offset` (which checks it): where the standing robot holds
+        its base [m] and that shift's rate [m/s], heading frame."""
+        self.reference.set_body_offset(offset, velocity)
+        self._views["body_offset"][:] = self.reference.body_offset
+        self._views["body_offset_velocity"][:] = self.reference.body_offset_velocity
 
     def start(self, t: float | None = None) -> None:
         self._ext.start(math.nan if t is None else float(t))

@@ -145,7 +145,7 @@ from ..controller import Controller, ControllerConfig
 from ..errors import ConfigError, IdynError
 from . import parameters, signals
 from .conversions import (BASE_ANGULAR_MAX, BASE_LINEAR_MAX, JointStateReader, JointTrajectoryReference,
-                          OdometryReader, as_array, quaternion_to_matrix, stamp_ns)
+                          OdometryReader, as_array, cdr_template, quaternion_to_matrix, stamp_ns)
 from .loop_stats import LoopStats
 
 STATE_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT,
@@ -597,7 +597,14 @@ class ControllerNode(LifecycleNode):
                              priority=self.loop_priority, cpus=[cpu] if cpu is not None else self.cpu_affinity,
                              drain_every=RT_DRAIN_EVERY, k=len(m.contacts), na=m.na, nv=m.nv)
         self._rt.set_params(self._node_params["watchdog_timeout"], self._node_params["contacts.threshold"])
+        # built now, not on the loop's thread after its first tick (the input that follows
+        # would wait for them): the monitoring templates and the compiled tick
         self._rt_monitor_key = None
+        self._rt_wrench_local = np.zeros((len(m.contacts), 3))
+        self._rt_monitor_templates = self._rt_monitor_messages()
+        compiled, gait = self._compiled_references()
+        if compiled:
+            rt.prepare(self, gait)
         with self._lock:
             if self._t_in["odom"] > 0.0:
                 self._rt.set_base(self._in_base_q, self._in_base_v)
@@ -864,15 +871,12 @@ class ControllerNode(LifecycleNode):
         if key == self._rt_monitor_key:
             return
         f = self.ctrl.formulation
-        self._rt_wrench_local = np.zeros((len(self.model.contacts), 3))
-        rt_loop.monitor(every, self._rt_monitor_messages(), f.contacts.rotation, f.forces, self._rt_wrench_local)
+        rt_loop.monitor(every, self._rt_monitor_templates, f.contacts.rotation, f.forces, self._rt_wrench_local)
         self._rt_monitor_key = key
 
     def _rt_monitor_messages(self) -> list:
         """What the compiled loop publishes as monitoring (see RtLoop.monitor): ~/state and the
         predicted contact wrenches, as :meth:`_publish_state` does."""
-        from ..native.rt import cdr_template
-
         m, na = self.model, self.model.na
         msg = JointState()
         msg.name = list(self.joints)

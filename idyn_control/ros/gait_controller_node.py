@@ -41,6 +41,7 @@ from sensor_msgs.msg import JointState
 from .. import robots
 from ..gait import Gait, GaitConfig
 from .controller_node import MONITOR_QOS, REFERENCE_QOS, ControllerNode, run
+from .conversions import cdr_template
 
 class GaitControllerNode(ControllerNode):
     """The controller node with :class:`Gait` and a /cmd_vel input."""
@@ -157,8 +158,6 @@ class GaitControllerNode(ControllerNode):
         messages = super()._rt_monitor_messages()
         if self._ref_msg is None:
             return messages
-        from ..native.rt import cdr_template
-
         na = self.model.na
         msg = JointState()
         msg.name = list(self.model.joint_names)
