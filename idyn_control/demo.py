@@ -26,6 +26,7 @@ import math
 import os
 import random
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -44,6 +45,7 @@ CONTROLLER = "idyn_controller"
 BRIDGE = "idyn_sim"
 COMMAND_TOPIC = "/effort_controller/commands"
 CONTACT_STATES_TOPIC = f"/{CONTROLLER}/contact_states"
+RECORDER_NICE = 5  # the recording process's niceness during the ROS run
 
 
 @dataclass
@@ -273,6 +275,8 @@ def controller_params(opts: DemoOptions) -> dict[str, Any]:
         "command_joints": list(model.joint_names),
         "odom_twist_frame": "child",
         "watchdog_timeout": 2.0,     # wall seconds: lock-step in simulated time, a loaded machine stalls
+        # /cmd_vel comes from the recorder at 20 Hz (wall): a stall of it must not stop the trot
+        "gait": {"cmd_vel_timeout": 2.0},
         "monitor_rate_hz": 1000.0,   # predicted wrenches and ~/state every tick, for scoring
         "diagnostics_rate_hz": 2.0,
     }
@@ -298,7 +302,6 @@ def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
     from geometry_msgs.msg import Twist, WrenchStamped
     from nav_msgs.msg import Odometry
     from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
-    from rosgraph_msgs.msg import Clock
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray
 
@@ -324,11 +327,13 @@ def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
     logs = {name: open(out / f"{name}.log", "w") for name in ("bridge", "controller")}
     procs = {"bridge": subprocess.Popen(bridge_cmd, env=env, stdout=logs["bridge"], stderr=subprocess.STDOUT)}
 
+    # the recorder yields the CPU to the bridge and the controller (the lock-step cycle):
+    # it only has to keep up on average, the subscriptions buffer 2000 messages each
+    os.nice(RECORDER_NICE)
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain)
     node = rclpy.create_node("idyn_demo", context=context)
     qos = QoSProfile(depth=2000, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE)
-    best_effort = QoSProfile(depth=2000, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT)
     topics: dict[str, tuple[type, str]] = {
         "/joint_states": (JointState, "sensor_msgs/msg/JointState"),
         "/odom": (Odometry, "nav_msgs/msg/Odometry"),
@@ -346,7 +351,7 @@ def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
     from .recording import McapRecorder, qos_yaml, rclpy_qos
 
     sim = {"t_ns": 0, "heard": False, "odom": None, "started": 0.0}
-    # the run keeps the raw messages (CDR bytes) with their /clock time and nothing else:
+    # the run keeps the raw messages (CDR bytes) with their simulated time and nothing else:
     # the MCAP and the per-tick trace are made from them afterwards, so the recorder keeps
     # up with the 1 kHz topics without taking the machine from the nodes
     records: list[tuple[str, int, bytes]] = []
@@ -358,20 +363,19 @@ def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
             if topic not in channel_qos:
                 offers = [rclpy_qos(e.qos_profile) for e in node.get_publishers_info_by_topic(topic)]
                 channel_qos[topic] = qos_yaml(offers or [{}])
-            if topic == "/odom":
+            if topic == "/odom":  # the simulated time: its stamp (the bridge publishes the
+                # step's odometry before its contact estimates, wrenches and joint states)
                 sim["odom"] = data  # for the progress line
+                sec, nanosec = struct.unpack_from("<iI", data, 4)
+                sim["t_ns"] = sec * 1_000_000_000 + nanosec
+                if not sim["started"] and sim["t_ns"] > 0:
+                    sim["started"] = time.monotonic()  # the physics runs (real-time factor from here)
             records.append((topic, sim["t_ns"], data))
         return cb
 
     for topic, (cls, _) in topics.items():
         node.create_subscription(cls, topic, make_cb(topic), qos, raw=True)
 
-    def on_clock(msg: Clock) -> None:
-        sim["t_ns"] = msg.clock.sec * 1_000_000_000 + msg.clock.nanosec
-        if not sim["started"] and sim["t_ns"] > 0:
-            sim["started"] = time.monotonic()  # the physics runs (real-time factor from here)
-
-    node.create_subscription(Clock, "/clock", on_clock, best_effort)
     cmd_pub = node.create_publisher(Twist, "/cmd_vel", 10)
     diag: dict[str, dict[str, str]] = {}
 
@@ -450,7 +454,7 @@ def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
         rclpy.shutdown(context=context)
     if failure:
         log(f"  demo: {failure}")
-    # log time: /clock at arrival + the wall time the simulation started at
+    # log time: the simulated time at arrival + the wall time the simulation started at
     builder = _TraceBuilder(topics, model, opts)
     with McapRecorder(out / "demo.mcap", time_offset_ns=time.time_ns()) as mcap:
         for topic, t_ns, data in records:

@@ -19,6 +19,7 @@
 // The compiled tick lives in the main native library; Python passes its function pointer,
 // its handle and the node's numpy buffers, so this library needs only rcl.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -137,6 +138,22 @@ struct Rt {
     int first, count;
   };
   std::vector<Message> monitors;
+  // odometry and contact estimates taken here too (idyn_rt_inputs), not by Python: a tick
+  // then uses the samples that arrived before its joint states (through Python's executor
+  // they could lag it by ticks while the robot moves)
+  const rcl_subscription_t* odom_sub = nullptr;
+  const rcl_subscription_t* contacts_sub = nullptr;
+  rcl_serialized_message_t odom_in = rmw_get_zero_initialized_serialized_message();
+  rcl_serialized_message_t contacts_in = rmw_get_zero_initialized_serialized_message();
+  bool twist_in_parent = false;
+  double base_limits[3] = {0, 0, 0};  // |position| [m], |linear| [m/s], |angular| [rad/s]
+  double* py_base_q = nullptr;        // the node's _in_base_q (7), _in_base_v (6), _in_contacts (k)
+  double* py_base_v = nullptr;
+  double* py_contacts = nullptr;
+  int64_t odom_stamp = 0;
+  // drops (rt.py INPUT_DROPS): odom nonfinite, implausible, bad_quaternion, out_of_order;
+  // contact estimates wrong_size, nonfinite
+  double input_drops[6] = {};
   std::vector<int64_t> field_at;
   std::vector<const double*> field_src;
   int monitor_every = 0, monitor_countdown = 0;
@@ -146,6 +163,120 @@ struct Rt {
   double* wrench_local = nullptr;    // k x 3
   int monitor_k = 0;
 };
+
+inline double f64(const uint8_t* p) {
+  double x;
+  std::memcpy(&x, p, 8);
+  return x;
+}
+
+// conversions.OdometryReader.read + ControllerNode._on_odom on the CDR bytes of a
+// nav_msgs/Odometry; a drop is counted in input_drops
+void take_odometry(Rt* rt, const uint8_t* d, size_t size, double now) {
+  if (size < 16 || d[0] != 0 || d[1] != 1) return;  // not little-endian CDR: Python never sees it either
+  int32_t sec;
+  std::memcpy(&sec, d + 4, 4);
+  const int64_t stamp = int64_t(sec) * 1000000000LL + u32(d + 8);
+  size_t off = 16 + size_t(u32(d + 12));                     // header.frame_id
+  off = (off + 3) & ~size_t(3);
+  if (off + 4 > size) return;
+  off += 4 + size_t(u32(d + off));                           // child_frame_id
+  off = ((off - 4 + 7) & ~size_t(7)) + 4;                    // doubles: 8-aligned in the payload
+  const size_t twist_at = off + 8 * (7 + 36);
+  if (twist_at + 8 * 6 > size) return;
+  double q[7], v[6];
+  for (int i = 0; i < 7; ++i) q[i] = f64(d + off + 8 * i);
+  for (int i = 0; i < 6; ++i) v[i] = f64(d + twist_at + 8 * i);
+  double check = 0.0;
+  for (double x : q) check += 0.0 * x;
+  for (double x : v) check += 0.0 * x;
+  if (check != 0.0) {
+    rt->input_drops[0] += 1;
+    return;
+  }
+  const double* lim = rt->base_limits;
+  auto over = [](const double* x, double m) { return std::max({std::abs(x[0]), std::abs(x[1]), std::abs(x[2])}) > m; };
+  if (over(q, lim[0]) || over(v, lim[1]) || over(v + 3, lim[2])) {
+    rt->input_drops[1] += 1;
+    return;
+  }
+  const double norm = std::sqrt(q[3] * q[3] + q[4] * q[4] + q[5] * q[5] + q[6] * q[6]);
+  if (std::abs(norm - 1.0) > 0.1) {
+    rt->input_drops[2] += 1;
+    return;
+  }
+  for (int i = 3; i < 7; ++i) q[i] /= norm;
+  if (rt->twist_in_parent) {  // world-frame twist → base frame: Rᵀ v (conversions.quaternion_to_matrix)
+    const double x = q[3], y = q[4], z = q[5], w = q[6];
+    const double R[9] = {1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w),
+                         2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w),
+                         2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)};
+    for (int b = 0; b < 6; b += 3) {
+      const double a[3] = {v[b], v[b + 1], v[b + 2]};
+      for (int r = 0; r < 3; ++r) v[b + r] = R[r] * a[0] + R[3 + r] * a[1] + R[6 + r] * a[2];
+    }
+  }
+  // a stamp older than the last one is dropped; a jump back > 1 s is a clock reset (accepted)
+  if (stamp != 0 && stamp < rt->odom_stamp && rt->odom_stamp - stamp <= 1000000000LL) {
+    rt->input_drops[3] += 1;
+    return;
+  }
+  std::lock_guard<std::mutex> lock(rt->input_mutex);
+  std::memcpy(rt->base_q, q, sizeof q);
+  std::memcpy(rt->base_v, v, sizeof v);
+  std::memcpy(rt->py_base_q, q, sizeof q);
+  std::memcpy(rt->py_base_v, v, sizeof v);
+  rt->t_base = now;
+  rt->odom_stamp = stamp;
+}
+
+// ControllerNode._on_contacts on the CDR bytes of a std_msgs/Float64MultiArray
+void take_contacts(Rt* rt, const uint8_t* d, size_t size, double now) {
+  if (size < 12 || d[0] != 0 || d[1] != 1) return;
+  size_t off = 4;
+  const uint32_t n_dim = u32(d + off);  // layout.dim: label (string), size, stride each
+  off += 4;
+  for (uint32_t i = 0; i < n_dim; ++i) {
+    off = (off + 3) & ~size_t(3);
+    if (off + 4 > size) return;
+    off += 4 + size_t(u32(d + off));
+    off = (off + 3) & ~size_t(3);
+    off += 8;
+  }
+  off = (off + 3) & ~size_t(3);
+  off += 4;  // layout.data_offset
+  if (off + 4 > size) return;
+  const uint32_t n = u32(d + off);
+  off = ((off + 4 - 4 + 7) & ~size_t(7)) + 4;
+  const size_t k = rt->contacts.size();
+  if (n != k) {
+    rt->input_drops[4] += 1;
+    return;
+  }
+  if (off + 8 * k > size) return;
+  double check = 0.0;
+  for (size_t i = 0; i < k; ++i) check += 0.0 * f64(d + off + 8 * i);
+  if (check != 0.0) {
+    rt->input_drops[5] += 1;
+    return;
+  }
+  std::lock_guard<std::mutex> lock(rt->input_mutex);
+  for (size_t i = 0; i < k; ++i) rt->contacts[i] = rt->py_contacts[i] = f64(d + off + 8 * i);
+  rt->t_contacts = now;
+}
+
+// The newest odometry and contact estimates that arrived (all are read, in order)
+void take_inputs(Rt* rt) {
+  rmw_message_info_t info = rmw_get_zero_initialized_message_info();
+  const double now = mono();
+  if (rt->odom_sub)
+    while (rcl_take_serialized_message(rt->odom_sub, &rt->odom_in, &info, nullptr) == RCL_RET_OK)
+      take_odometry(rt, rt->odom_in.buffer, rt->odom_in.buffer_length, now);
+  if (rt->contacts_sub)
+    while (rcl_take_serialized_message(rt->contacts_sub, &rt->contacts_in, &info, nullptr) == RCL_RET_OK)
+      take_contacts(rt, rt->contacts_in.buffer, rt->contacts_in.buffer_length, now);
+  rcutils_reset_error();
+}
 
 // The monitoring messages of a fast tick (its input's stamp), after its command is out.
 void publish_monitors(Rt* rt, int64_t stamp) {
@@ -347,6 +478,7 @@ void run(Rt* rt) {
     rcutils_reset_error();
     if (!taken) continue;
     std::lock_guard<std::mutex> tick(rt->tick_mutex);
+    take_inputs(rt);  // the state around these joint states
     const int64_t received_ns = info.received_timestamp ? info.received_timestamp : wake_ns;
     if (rt->fast.load(std::memory_order_acquire) && fast_tick(rt, received_ns, wake_ns, taken - 1)) continue;
     rt->counters[1] += 1;
@@ -419,6 +551,8 @@ void idyn_rt_free(void* h) {
   Rt* rt = static_cast<Rt*>(h);
   idyn_rt_stop(rt);
   rmw_serialized_message_fini(&rt->in);
+  if (rt->odom_in.buffer) rmw_serialized_message_fini(&rt->odom_in);
+  if (rt->contacts_in.buffer) rmw_serialized_message_fini(&rt->contacts_in);
   rcutils_reset_error();
   delete rt;
 }
@@ -467,6 +601,40 @@ void idyn_rt_set_contacts(void* h, const double* values) {
   std::lock_guard<std::mutex> lock(rt->input_mutex);
   std::memcpy(rt->contacts.data(), values, sizeof(double) * rt->contacts.size());
   rt->t_contacts = now;
+}
+
+// Odometry (nav_msgs/Odometry) and contact estimates (std_msgs/Float64MultiArray) taken by
+// the loop at each joint-state sample (before the loop starts): subscriptions (null: none),
+// twist frame, plausibility limits (3), and the node's buffers its Python ticks read (base
+// q (7), v (6), contact estimates (k)). Returns non-zero when buffers cannot be allocated.
+int idyn_rt_inputs(void* h, void* odom_sub, void* contacts_sub, int twist_in_parent, const double* limits,
+                   double* base_q, double* base_v, double* contacts) {
+  Rt* rt = static_cast<Rt*>(h);
+  rcutils_allocator_t alloc = rcutils_get_default_allocator();
+  for (auto* m : {&rt->odom_in, &rt->contacts_in})
+    if (!m->buffer && rmw_serialized_message_init(m, 4096, &alloc) != RMW_RET_OK) {
+      rcutils_reset_error();
+      return -1;
+    }
+  rt->odom_sub = static_cast<const rcl_subscription_t*>(odom_sub);
+  rt->contacts_sub = static_cast<const rcl_subscription_t*>(contacts_sub);
+  rt->twist_in_parent = twist_in_parent != 0;
+  std::memcpy(rt->base_limits, limits, sizeof rt->base_limits);
+  rt->py_base_q = base_q;
+  rt->py_base_v = base_v;
+  rt->py_contacts = contacts;
+  return 0;
+}
+
+// When the inputs were last taken [s, CLOCK_MONOTONIC; 0: never] and the last odometry
+// stamp [ns]: out = (t_base, t_contacts, odom stamp); the drop counters (6).
+void idyn_rt_input_state(void* h, double* out) {
+  Rt* rt = static_cast<Rt*>(h);
+  std::lock_guard<std::mutex> lock(rt->input_mutex);
+  out[0] = rt->t_base;
+  out[1] = rt->t_contacts;
+  out[2] = double(rt->odom_stamp);
+  for (int i = 0; i < 6; ++i) out[3 + i] = rt->input_drops[i];
 }
 
 // Monitoring from the fast ticks (call while the loop is stopped or from its thread):

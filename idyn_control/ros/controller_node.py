@@ -120,6 +120,7 @@ import gc
 import inspect
 import math
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -136,6 +137,7 @@ from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import serialize_message
+from rclpy.type_support import check_for_type_support
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 from trajectory_msgs.msg import JointTrajectory
@@ -144,7 +146,7 @@ from .. import config, formulations
 from ..controller import Controller, ControllerConfig
 from ..errors import ConfigError, IdynError
 from . import parameters, signals
-from .conversions import (BASE_ANGULAR_MAX, BASE_LINEAR_MAX, JointStateReader, JointTrajectoryReference,
+from .conversions import (BASE_ANGULAR_MAX, BASE_LINEAR_MAX, BASE_POSITION_MAX, JointStateReader, JointTrajectoryReference,
                           OdometryReader, as_array, cdr_template, quaternion_to_matrix, stamp_ns)
 from .loop_stats import LoopStats
 
@@ -162,6 +164,10 @@ LOG_THROTTLE_S = 2.0
 WATCHDOG_TIMER_S = 0.005      # triggered mode: how often staleness is checked without input
 RT_DRAIN_EVERY = 10           # native mode: bookkeeping of the compiled loop's ticks, in batches of this many
 RT_DRAIN_WAIT_S = 0.02        # ... or at least this often
+# native mode: a Python tick on the loop's thread gives the GIL up in every compiled call and
+# waits for it back; with the interpreter's 5 ms switch interval another thread could keep
+# it that long (the activation tick took 4-5 ms in the demo)
+RT_GIL_SWITCH_INTERVAL_S = 2e-4
 PR_SET_TIMERSLACK = 29
 MCL_CURRENT, MCL_FUTURE = 1, 2  # mlockall flags (Linux)
 CLOCK_RESET_NS = 1_000_000_000  # a stamp jump back larger than this is a clock reset
@@ -234,6 +240,8 @@ class ControllerNode(LifecycleNode):
         self._watchdog_timer = None
         self._rt = None        # native.rt.RtLoop while loop_mode native runs
         self._rt_sub = None    # its /joint_states subscription (not the executor's)
+        self._rt_odom_sub = self._rt_contacts_sub = None  # and its odometry and contact estimates
+        self._rt_input_drops = np.zeros(6)  # the loop's input drop counts, as last booked
         self._rt_interrupts = 0
         self._book_lock = threading.Lock()  # native mode: bookkeeping thread vs Python ticks
         self._book_thread: threading.Thread | None = None
@@ -449,16 +457,26 @@ class ControllerNode(LifecycleNode):
         if self.loop_mode == "native" and not self._native_loop_available():
             self.loop_mode = "triggered"
         if self.loop_mode == "native":  # served by the compiled loop's thread, not the executor
+            qos = STATE_QOS.get_c_qos_profile()
+            for msg_type in (JointState, Odometry, Float64MultiArray):
+                check_for_type_support(msg_type)  # what create_subscription does first
             with self.handle:
-                self._rt_sub = _rclpy.Subscription(self.handle, JointState, "/joint_states",
-                                                   STATE_QOS.get_c_qos_profile(), None)
+                self._rt_sub = _rclpy.Subscription(self.handle, JointState, "/joint_states", qos, None)
+                # the state around each joint state too: through the executor a tick could use
+                # odometry and contacts ticks older than its joint states while the robot moves
+                if model.floating_base:
+                    self._rt_odom_sub = _rclpy.Subscription(self.handle, Odometry, "/odom", qos, None)
+                if k:
+                    self._rt_contacts_sub = _rclpy.Subscription(self.handle, Float64MultiArray, "~/contact_states",
+                                                                qos, None)
         else:
             self._add(self.create_subscription(JointState, "/joint_states", with_message_info(self._on_joint_states),
                                                STATE_QOS, raw=True))  # CDR bytes: see JointStateReader
-        if model.floating_base:
-            self._add(self.create_subscription(Odometry, "/odom", self._on_odom, STATE_QOS))
-        if k:
-            self._add(self.create_subscription(Float64MultiArray, "~/contact_states", self._on_contacts, STATE_QOS))
+            if model.floating_base:
+                self._add(self.create_subscription(Odometry, "/odom", self._on_odom, STATE_QOS))
+            if k:
+                self._add(self.create_subscription(Float64MultiArray, "~/contact_states", self._on_contacts,
+                                                   STATE_QOS))
         self._add(self.create_subscription(JointTrajectory, "~/joint_reference", self._on_joint_reference,
                                            REFERENCE_QOS))
         if model.floating_base:
@@ -527,9 +545,11 @@ class ControllerNode(LifecycleNode):
         return entity
 
     def _release(self) -> None:
-        if self._rt_sub is not None:
-            self._rt_sub.destroy_when_not_in_use()
-            self._rt_sub = None
+        for name in ("_rt_sub", "_rt_odom_sub", "_rt_contacts_sub"):
+            sub = getattr(self, name)
+            if sub is not None:
+                sub.destroy_when_not_in_use()
+                setattr(self, name, None)
         for entity in self._entities:
             if hasattr(entity, "topic_name") and hasattr(entity, "publish"):
                 self.destroy_publisher(entity)
@@ -597,6 +617,11 @@ class ControllerNode(LifecycleNode):
                              priority=self.loop_priority, cpus=[cpu] if cpu is not None else self.cpu_affinity,
                              drain_every=RT_DRAIN_EVERY, k=len(m.contacts), na=m.na, nv=m.nv)
         self._rt.set_params(self._node_params["watchdog_timeout"], self._node_params["contacts.threshold"])
+        self._rt.inputs(self._rt_odom_sub.pointer if self._rt_odom_sub is not None else 0,
+                        self._rt_contacts_sub.pointer if self._rt_contacts_sub is not None else 0,
+                        self._odom.twist_in_parent, np.array([BASE_POSITION_MAX, BASE_LINEAR_MAX, BASE_ANGULAR_MAX]),
+                        self._in_base_q, self._in_base_v, self._in_contacts)
+        self._rt_input_drops[:] = 0.0
         # built now, not on the loop's thread after its first tick (the input that follows
         # would wait for them): the monitoring templates and the compiled tick
         self._rt_monitor_key = None
@@ -611,6 +636,7 @@ class ControllerNode(LifecycleNode):
             if self._t_in["contact_states"] > 0.0:
                 self._rt.set_contacts(self._in_contacts)
         self._rt.set_spin(self.loop_spin_us * 1e-6, self.period_s)
+        sys.setswitchinterval(RT_GIL_SWITCH_INTERVAL_S)
         self._rt.start()
         self._book_thread = threading.Thread(target=self._run_bookkeeping, args=(self._rt,),
                                              name="idyn_bookkeeping", daemon=True)
@@ -818,6 +844,7 @@ class ControllerNode(LifecycleNode):
                     self._rt_drain(rt_loop)
                     if time.monotonic() - self._last_scheduled > self._node_params["watchdog_timeout"]:
                         self._last_scheduled = now
+                        self._rt_book_inputs(rt_loop)
                         rt.hand_over(self)
                         self._tick(now)
                         self._rt_after_python_tick()
@@ -834,6 +861,7 @@ class ControllerNode(LifecycleNode):
             with self._book_lock:
                 if self._rt is not None:
                     self._rt_drain(self._rt)  # the fast ticks before this one first
+                    self._rt_book_inputs(self._rt)  # the odometry and contacts the loop took
                     rt.hand_over(self)  # the contact set as they left it
                 self._on_joint_states(data, {"received_timestamp": received_ns}, wake_ns)
                 self._rt_after_python_tick()
@@ -918,7 +946,28 @@ class ControllerNode(LifecycleNode):
             rt_loop.wait(RT_DRAIN_WAIT_S)
             with self._book_lock:
                 self._rt_drain(rt_loop)
+                self._rt_book_inputs(rt_loop)
             self._maybe_collect(time.monotonic() + self.period_s)
+
+    def _rt_book_inputs(self, rt_loop) -> None:
+        """The odometry and contact estimates the loop took: their receive times and stamp (for
+        Python ticks and /diagnostics) and the drops it counted (dropped.odom.*, ...)."""
+        from ..native.rt import INPUT_DROPS
+
+        state = rt_loop.input_state()
+        with self._lock:
+            if state[0] > 0.0:
+                self._t_in["odom"] = float(state[0])
+                self._stamp_in["odom"] = int(state[2])
+            if state[1] > 0.0:
+                self._t_in["contact_states"] = float(state[1])
+        drops, booked = state[3:], self._rt_input_drops
+        for (inp, reason), now, before in zip(INPUT_DROPS, drops, booked):
+            if now > before:
+                self._drops[(inp, reason)] += int(now - before)
+                self._log_throttled(f"{inp}.{reason}", f"dropped {inp} message ({reason}) "
+                                    f"[{self._drops[(inp, reason)]} so far]")
+        booked[:] = drops
 
     def _rt_drain(self, rt_loop) -> None:
         """Book the compiled loop's ticks read from its ring (hold ``_book_lock``)."""
