@@ -10,25 +10,20 @@ CI sets IDYN_REQUIRE_NATIVE=1, so a missing build fails there instead of skippin
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 
 import numpy as np
 import pytest
 
-from idyn_control import native
 from idyn_control.controller import Controller, ControllerConfig
 from idyn_control.gait import Gait
 from idyn_control.sim.lockstep import LockstepRunner, Scenario
 
-try:
-    native.load()
-    from idyn_control.native.gait import STATE, CompiledGait
-    from idyn_control.native.tick import Tick
-except native.NativeUnavailable as err:
-    if os.environ.get("IDYN_REQUIRE_NATIVE"):
-        raise RuntimeError(f"IDYN_REQUIRE_NATIVE is set but the native tick is unavailable: {err}") from None
-    pytest.skip("native library not built (idyn-control build-native)", allow_module_level=True)
+from conftest import native_or_skip
+
+native_or_skip()
+from idyn_control.native.gait import STATE, CompiledGait  # noqa: E402
+from idyn_control.native.tick import Tick  # noqa: E402
 
 LEGGED = ("quadruped", "solo12")
 TROT = dict(duration=2.4, velocity=(0.2, 0.05, 0.3), trot_start=0.3, trot_stop=1.5)

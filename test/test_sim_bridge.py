@@ -12,6 +12,7 @@ import math
 import os
 import random
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -64,23 +65,47 @@ def bridge_args(robot: str = "solo12", **params) -> list[str]:
     return out
 
 
+def odom_time_and_height(data: bytes) -> tuple[float, float]:
+    """(stamp [s], base z [m]) from the CDR bytes of a nav_msgs/Odometry."""
+    sec, nanosec = struct.unpack_from("<iI", data, 4)
+    off = 16 + struct.unpack_from("<I", data, 12)[0]  # after header.frame_id
+    off = (off + 3) & ~3
+    off += 4 + struct.unpack_from("<I", data, off)[0]  # after child_frame_id
+    off = ((off - 4 + 7) & ~7) + 4  # the pose's doubles, 8-aligned in the payload
+    return sec + nanosec * 1e-9, struct.unpack_from("<d", data, off + 16)[0]
+
+
 class Listener:
-    """Test-side node: odometry, joint states, the bridge's status."""
+    """Test-side node: odometry, joint states, the bridge's status.
+
+    The 1 kHz topics are taken as bytes and decoded when read: the lock-step loop runs
+    faster than a Python subscriber decodes messages, and one that falls behind a
+    KEEP_LAST publisher loses samples.
+    """
 
     def __init__(self, name: str):
         self.context = rclpy.Context()
         rclpy.init(context=self.context, domain_id=DOMAIN_ID)
         self.node = rclpy.create_node(name, context=self.context)
         self.odom: list[tuple[float, float]] = []  # (sim time, base z)
-        self.joint_states: list[JointState] = []
+        self._js_bytes: list[bytes] = []
+        self._js: list[JointState] = []
         self.status: dict[str, str] = {}
-        self.node.create_subscription(Odometry, "/odom", self._on_odom, QOS)
-        self.node.create_subscription(JointState, "/joint_states", self.joint_states.append, QOS)
+        self.node.create_subscription(Odometry, "/odom", self._on_odom, QOS, raw=True)
+        self.node.create_subscription(JointState, "/joint_states", self._js_bytes.append, QOS, raw=True)
         self.node.create_subscription(DiagnosticArray, "/idyn_sim/status", self._on_status, QOS)
         self.pub = self.node.create_publisher(Float64MultiArray, COMMAND_TOPIC, QOS)
 
-    def _on_odom(self, msg: Odometry) -> None:
-        self.odom.append((msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, msg.pose.pose.position.z))
+    @property
+    def joint_states(self) -> list[JointState]:
+        """The joint states received so far."""
+        from rclpy.serialization import deserialize_message
+
+        self._js += [deserialize_message(data, JointState) for data in self._js_bytes[len(self._js):]]
+        return self._js
+
+    def _on_odom(self, data: bytes) -> None:
+        self.odom.append(odom_time_and_height(data))
 
     def _on_status(self, msg: DiagnosticArray) -> None:
         self.status = {kv.key: kv.value for kv in msg.status[0].values}
@@ -96,9 +121,9 @@ class Listener:
     def _spin(self) -> None:
         executor = getattr(self, "_executor", None)
         if executor is None:
-            from rclpy.executors import SingleThreadedExecutor
+            from rclpy.experimental import EventsExecutor
 
-            self._executor = executor = SingleThreadedExecutor(context=self.context)
+            self._executor = executor = EventsExecutor(context=self.context)
             executor.add_node(self.node)
         executor.spin_once(timeout_sec=0.02)
 

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "api.h"  // engine.cpp, solvers.cpp, gait.cpp: what the tick calls
@@ -108,28 +109,33 @@ void hold_contacts(Tick& T, const std::uint8_t* mask) {
   version += active_changed;
 }
 
+// What a tick changes besides its outputs: f(kept copy, slot) for each
+template <typename F>
+void for_each_kept(Tick& T, F&& f) {
+  f(T.bound, T_BOUND);
+  f(T.rate, T_RATE);
+  f(T.max_normal_force, T_MAX_NORMAL_FORCE);
+  f(T.requested, T_REQUESTED);
+  f(T.held, T_HELD);
+  f(T.released, T_RELEASED);
+  f(T.active, T_ACTIVE);
+}
+
 void save(Tick& T) {
   const int k = int(T.val[V_K]);
-  auto keep = [k](auto& dst, const auto* src) { dst.assign(src, src + k); };
-  keep(T.bound, T.at<double>(T_BOUND));
-  keep(T.rate, T.at<double>(T_RATE));
-  keep(T.max_normal_force, T.at<double>(T_MAX_NORMAL_FORCE));
-  keep(T.requested, T.at<std::uint8_t>(T_REQUESTED));
-  keep(T.held, T.at<std::uint8_t>(T_HELD));
-  keep(T.released, T.at<std::uint8_t>(T_RELEASED));
-  keep(T.active, T.at<std::uint8_t>(T_ACTIVE));
+  for_each_kept(T, [&T, k](auto& kept, int slot) {
+    using E = typename std::decay_t<decltype(kept)>::value_type;
+    const E* now = T.at<E>(slot);
+    kept.assign(now, now + k);
+  });
   T.version = *T.at<std::int64_t>(T_VERSION);
 }
 
 void restore(Tick& T) {
-  auto put = [](const auto& src, auto* dst) { std::copy(src.begin(), src.end(), dst); };
-  put(T.bound, T.at<double>(T_BOUND));
-  put(T.rate, T.at<double>(T_RATE));
-  put(T.max_normal_force, T.at<double>(T_MAX_NORMAL_FORCE));
-  put(T.requested, T.at<std::uint8_t>(T_REQUESTED));
-  put(T.held, T.at<std::uint8_t>(T_HELD));
-  put(T.released, T.at<std::uint8_t>(T_RELEASED));
-  put(T.active, T.at<std::uint8_t>(T_ACTIVE));
+  for_each_kept(T, [&T](auto& kept, int slot) {
+    using E = typename std::decay_t<decltype(kept)>::value_type;
+    std::copy(kept.begin(), kept.end(), T.at<E>(slot));
+  });
   *T.at<std::int64_t>(T_VERSION) = T.version;
   if (T.p[T_GAIT]) idyn_gait_undo(T.p[T_GAIT]);
 }
