@@ -40,6 +40,21 @@ Three latencies are reported:
 - node deadline misses, tick compute time and start lateness come from the node's
   /diagnostics (its own monotonic clock; see idyn_control.ros.loop_stats).
 
+``--scenario trot`` measures the robot while it trots, in closed loop: the node is the gait
+controller node (``idyn_control.ros.gait_controller_node``, the same parameters), and this
+process simulates the robot in MuJoCo at the rate instead of publishing a standing state:
+each period it applies the command that answered the last state, steps the physics (1 ms),
+and publishes the state it reached (joint states, odometry, contact estimates from the
+simulated normal forces, every period). The state goes out on the period's deadline, or
+when the answer comes if it comes later (at most ``LOCKSTEP_WAIT_S``): on a loaded machine
+the robot then slows down instead of falling for a late command of this process's own
+(its stamps are the simulated clock, the gait's; send times are kept apart for the
+latencies). After ``TROT_AFTER_S`` of standing up it commands /cmd_vel
+(``--speed`` forward, 20 Hz): feet lift and land, contact estimates switch, and the node's
+gait plans swings, footholds and joint references every tick. ``compiled_tick_fraction`` is
+the share of the node's ticks in the window that ran compiled (``native``); the JSON also
+gives the distance the simulated robot walked in the window and whether it fell.
+
 The first ``--warmup`` seconds of every run are discarded. ``--rounds R`` interleaves the
 designs in R rounds so that load drift on a shared machine hits all of them alike; the
 in-node latency is reported pooled and per round, with each percentile's median, min and
@@ -84,10 +99,50 @@ def percentiles(x, ps=(50, 99, 99.9)):
     return out
 
 
+TROT_AFTER_S = 1.5  # trot scenario: stand up this long (wall) before /cmd_vel
+LOCKSTEP_WAIT_S = 0.05  # trot scenario: longest wait for the command answering a state
+
+
+class Simulation:
+    """The trot scenario's robot: MuJoCo stepped once per published state with the latest
+    command, as the simulation bridge does (idyn_control.ros.sim_bridge_node)."""
+
+    def __init__(self, robot: str, params: str):
+        from idyn_control import config, robots
+        from idyn_control.sim import build_mujoco
+        from idyn_control.sim.lockstep import CONTACT_THRESHOLD_N
+
+        self.model = model = robots.load(robot)
+        self.sim = build_mujoco(model, timestep=1e-3)
+        q0 = robots.standing_configuration(model, robot, foot_height=self.sim.contacts[0].radius)
+        self.sim.set_state(q0, np.zeros(model.nv))
+        joints = config.load_params_file(params).get("command_joints") or list(model.joint_names)
+        self.cmd_index = model.joint_order(joints)  # command entry i → model joint
+        self.tau = np.zeros(model.na)
+        self.forces = np.zeros((len(model.contacts), 3))
+        self.threshold = CONTACT_THRESHOLD_N
+        self.started = False
+        self.x0 = float(q0[0])
+
+    def command(self, data) -> None:
+        values = np.asarray(data, dtype=float)
+        if values.size == self.tau.size and np.isfinite(values).all():
+            self.tau[self.cmd_index] = values
+            self.started = True  # the physics runs from the first command on
+
+    def step(self):
+        """One period (once commanding); returns q, v (Pinocchio conventions), contact mask."""
+        if self.started:
+            self.sim.step(self.tau)
+        q, v = self.sim.state()
+        mask = self.sim.contact_forces_array(self.forces)[:, 2] > self.threshold
+        return q, v, mask
+
+
 class Feeder:
     """Publishes the robot's state at ``rate`` Hz and records what comes back."""
 
-    def __init__(self, node, robot: str, rate: float):
+    def __init__(self, node, robot: str, rate: float, sim: Simulation | None = None, speed: float = 0.0):
         from nav_msgs.msg import Odometry
         from rclpy.qos import QoSProfile, ReliabilityPolicy
         from sensor_msgs.msg import JointState
@@ -109,6 +164,12 @@ class Feeder:
         p.x, p.y, p.z = (float(v) for v in q[:3])
         o.x, o.y, o.z, o.w = (float(v) for v in q[3:7])
         self.contacts = Float64MultiArray(data=[1.0] * len(model.contacts))
+        self.model, self.sim, self.speed = model, sim, speed
+        self._first_command = 0.0
+        self._awaiting = False  # trot: the last state's command has not come yet
+        self._sent_at = 0.0
+        self._t0_ns = time.monotonic_ns()
+        self._send_ns: dict[int, int] = {}  # trot: stamp (simulated clock) → send time [ns]
         best_effort = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)
         self.pub_js = node.create_publisher(JointState, "/joint_states", best_effort)
         self.pub_odom = node.create_publisher(Odometry, "/odom", best_effort)
@@ -130,20 +191,35 @@ class Feeder:
         node.create_subscription(JointState, "/joint_states", self._on_own_joint_state, best_effort)
         node.create_subscription(Float64MultiArray, "/effort_controller/commands", self._on_cmd, reliable)
         node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, reliable)
+        if sim is not None:
+            from geometry_msgs.msg import Twist
+
+            self.twist = Twist()
+            self.twist.linear.x = float(speed)
+            self.pub_cmd_vel = node.create_publisher(Twist, "/cmd_vel", 10)
+
+    def _sent(self, stamp: int) -> int | None:
+        """Send time [ns, monotonic] of the state stamped ``stamp``."""
+        return self._send_ns.get(stamp) if self.sim is not None else stamp
 
     def _on_state(self, msg):
         now = time.monotonic_ns()
-        stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
-        if self.recording and stamp > 0:
-            self.latency_ns.append(now - stamp)
+        sent = self._sent(msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec)
+        if self.recording and sent:
+            self.latency_ns.append(now - sent)
 
     def _on_own_joint_state(self, msg):
         now = time.monotonic_ns()
-        if self.recording:
-            self.hop_ns.append(now - (msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec))
+        sent = self._sent(msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec)
+        if self.recording and sent:
+            self.hop_ns.append(now - sent)
 
     def _on_cmd(self, msg):
         self.commands_seen += 1
+        if self.sim is not None:
+            self.sim.command(msg.data)
+            self._first_command = self._first_command or time.monotonic()
+            self._awaiting = False
         if self.recording:
             self.cmd_times_ns.append(time.monotonic_ns())
 
@@ -155,21 +231,50 @@ class Feeder:
     def publish_due(self) -> float:
         """Publish if the next send time has come; return the time of the next one."""
         now = time.monotonic()
+        if self.sim is not None and self._awaiting and now - self._sent_at < LOCKSTEP_WAIT_S:
+            return now + 5e-5  # the answer to the last state first (trot)
         if now >= self._next:
             now_ns = time.monotonic_ns()
-            sec, nsec = divmod(now_ns, 1_000_000_000)
-            if self._k % 2 == 0:  # odometry and contacts at 500 Hz, like a typical estimator
+            stamp_ns = now_ns
+            if self.sim is not None:
+                self._simulate()
+                stamp_ns = self._t0_ns + self._k * int(round(self.period * 1e9))  # the simulated clock
+                self._send_ns[stamp_ns] = now_ns
+                self._send_ns.pop(stamp_ns - 4096 * int(round(self.period * 1e9)), None)
+                self._awaiting, self._sent_at = self.sim.started, now
+            sec, nsec = divmod(stamp_ns, 1_000_000_000)
+            trotting = self._first_command and now - self._first_command > TROT_AFTER_S
+            if trotting and self._k % 50 == 0:  # /cmd_vel at 20 Hz, like a teleop
+                self.pub_cmd_vel.publish(self.twist)
+            if self._k % 2 == 0 or self.sim is not None:  # standing: odometry and contacts at 500 Hz, like a typical estimator
                 self.odom.header.stamp.sec, self.odom.header.stamp.nanosec = sec, nsec
                 self.pub_odom.publish(self.odom)
                 self.pub_contacts.publish(self.contacts)
             self.js.header.stamp.sec, self.js.header.stamp.nanosec = sec, nsec
-            self.pub_js.publish(self.js)  # its stamp is the send time
+            self.pub_js.publish(self.js)  # its stamp is the send time (standing)
             self.sent += 1
             self._k += 1
             self._next += self.period
+            if self.sim is not None:  # trot: a late answer delays the next state, no burst after it
+                self._next = max(self._next, now + 0.5 * self.period)
             if now - self._next > 0.1:  # fell far behind (machine stalled): re-anchor
                 self._next = now + self.period
         return self._next
+
+
+    def _simulate(self) -> None:
+        """Step the simulated robot and put its state into the messages."""
+        q, v, mask = self.sim.step()
+        m = self.model
+        self.js.position = [float(x) for x in q[m.joint_q_index]]
+        self.js.velocity = [float(x) for x in v[6:]]
+        p, o = self.odom.pose.pose.position, self.odom.pose.pose.orientation
+        p.x, p.y, p.z = (float(x) for x in q[:3])
+        o.x, o.y, o.z, o.w = (float(x) for x in q[3:7])
+        lin, ang = self.odom.twist.twist.linear, self.odom.twist.twist.angular
+        lin.x, lin.y, lin.z = (float(x) for x in v[:3])  # base frame (REP-105)
+        ang.x, ang.y, ang.z = (float(x) for x in v[3:6])
+        self.contacts.data = [float(c) for c in mask]
 
 
 def core_compute_reference(params: str, formulation: str = "", ticks: int = 1500) -> dict:
@@ -205,7 +310,8 @@ def run_mode(mode: str, args, env, seconds: float) -> dict:
     node_env = dict(env, **dict(o[4:].split("=", 1) for o in overrides if o.startswith("env:")))
     overrides = [o for o in overrides if not o.startswith("env:")]
     loop_mode, _, priority = design.partition("@")  # "thread@80": SCHED_FIFO priority 80
-    cmd = [sys.executable, "-m", "idyn_control.ros.controller_node", "--ros-args",
+    module = "gait_controller_node" if args.scenario == "trot" else "controller_node"
+    cmd = [sys.executable, "-m", f"idyn_control.ros.{module}", "--ros-args",
            "--params-file", str(args.params), "-p", f"loop_mode:={loop_mode}",
            "-p", f"loop_priority:={int(priority or 0)}",
            *(x for o in overrides for x in ("-p", o.replace("=", ":=", 1))),
@@ -223,7 +329,8 @@ def run_mode(mode: str, args, env, seconds: float) -> dict:
     node = rclpy.create_node("ros_loop_bench", context=context)
     executor = EventsExecutor(context=context)
     executor.add_node(node)
-    feeder = Feeder(node, args.robot, args.rate)
+    sim = Simulation(args.robot, args.params) if args.scenario == "trot" else None
+    feeder = Feeder(node, args.robot, args.rate, sim, args.speed)
     def spin_for(seconds: float) -> None:
         """Publish and receive in this one thread (no GIL hand-offs distorting receive times)."""
         end = time.monotonic() + seconds
@@ -240,8 +347,9 @@ def run_mode(mode: str, args, env, seconds: float) -> dict:
             spin_for(0.1)
             if time.monotonic() - started > 60.0 or proc.poll() is not None:
                 raise RuntimeError(f"node ({mode}) did not command within 60 s; see its log")
-        spin_for(args.warmup)
+        spin_for(args.warmup + (TROT_AFTER_S + 1.0 if sim is not None else 0.0))  # trot: up and trotting
         diag_start = dict(feeder.diagnostics)
+        x_start = float(sim.sim.state()[0][0]) if sim is not None else 0.0
         sent_start = feeder.sent
         feeder.recording = True
         spin_for(seconds)
@@ -295,8 +403,14 @@ def run_mode(mode: str, args, env, seconds: float) -> dict:
         "last_source": diag_end.get("last_source"),
         "native_loop_compiled_ticks": num(diag_end, "native_loop.compiled_ticks"),
         "native_loop_python_ticks": num(diag_end, "native_loop.python_ticks"),
+        "window_compiled_ticks": num(diag_end, "native_loop.compiled_ticks") - num(diag_start, "native_loop.compiled_ticks"),
+        "window_python_ticks": num(diag_end, "native_loop.python_ticks") - num(diag_start, "native_loop.python_ticks"),
+        "fallback_ticks": sum(num(diag_end, f"source.{s}") - num(diag_start, f"source.{s}")
+                              for s in ("zero", "damping", "gravity", "hold")),
         "loadavg_1min": os.getloadavg()[0],
         "core_update_us": core_ref,
+        "walked_m": float(sim.sim.state()[0][0]) - x_start if sim is not None else 0.0,
+        "base_height_end_m": float(sim.sim.state()[0][2]) if sim is not None else float("nan"),
     }
 
 
@@ -335,6 +449,8 @@ def summarize(mode: str, rounds: list[dict], rate: float) -> dict:
     commands = sum(r["commands"] for r in rounds)
     seconds = sum(r["seconds"] for r in rounds)
     ticks, misses, skipped = (sum(r[k] for r in rounds) for k in ("ticks", "misses", "skipped"))
+    compiled = sum(r["window_compiled_ticks"] for r in rounds)
+    python = sum(r["window_python_ticks"] for r in rounds)
     return {
         "mode": mode,
         "rounds": len(rounds),
@@ -372,6 +488,11 @@ def summarize(mode: str, rounds: list[dict], rate: float) -> dict:
             "start_late_p99_us_max_over_rounds": max(r["start_late_p99_us"] for r in rounds),
             "watchdog_trips": sum(r["watchdog_trips"] for r in rounds),
             "native_loop_compiled_ticks": rounds[-1]["native_loop_compiled_ticks"],
+            "compiled_tick_fraction": compiled / (compiled + python) if compiled + python else float("nan"),
+            "window_python_ticks": python,
+            "fallback_ticks": sum(r["fallback_ticks"] for r in rounds),
+            "walked_m_per_round": [r["walked_m"] for r in rounds],
+            "base_height_end_m_per_round": [r["base_height_end_m"] for r in rounds],
             "native_loop_python_ticks": rounds[-1]["native_loop_python_ticks"],
             "last_source": rounds[-1]["last_source"],
         },
@@ -387,6 +508,9 @@ def main(argv=None) -> int:
     parser.add_argument("--robot", default="solo12")
     parser.add_argument("--params", default=str(ROOT / "config" / "solo12.yaml"))
     parser.add_argument("--formulation", default="", help="override the YAML's formulation")
+    parser.add_argument("--scenario", choices=("stand", "trot"), default="stand",
+                        help="stand: the standing state; trot: the gait node trotting on a replayed trot")
+    parser.add_argument("--speed", type=float, default=0.2, help="trot: /cmd_vel forward speed [m/s]")
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--node-cpus", default="",
                         help="comma-separated CPUs for the node (its cpu_affinity); this process "
@@ -418,6 +542,7 @@ def main(argv=None) -> int:
                     "cores": os.cpu_count(), "python": platform.python_version(),
                     "loadavg_start": os.getloadavg()},
         "robot": args.robot, "params": str(args.params), "formulation_override": args.formulation,
+        "scenario": args.scenario, "speed_m_s": args.speed if args.scenario == "trot" else 0.0,
         "rate_hz": args.rate, "monitor_rate_hz": args.monitor_rate or args.rate, "node_cpus": args.node_cpus,
         "duration_s": args.duration, "warmup_s": args.warmup, "rounds": args.rounds,
         "results": [],
@@ -443,7 +568,8 @@ def main(argv=None) -> int:
               f"{r['one_hop_floor_us'].get('p50', nan):.0f} p99 {r['one_hop_floor_us'].get('p99', nan):.0f}) "
               f"| commands {r['command_rate_hz']:.0f} Hz, "
               f"jitter p99 {r['command_jitter_us'].get('p99', float('nan')):.0f} µs, "
-              f"lost {r['receiver_lost_rate'] * 100:.2f} % | node misses {n['deadline_miss_rate'] * 100:.2f} % "
+              f"lost {r['receiver_lost_rate'] * 100:.2f} % | node misses {n['deadline_miss_rate'] * 100:.3f} % "
+              f"| compiled ticks {n['compiled_tick_fraction'] * 100:.3f} % "
               f"| load {np.mean(r['loadavg_1min']):.1f}, Controller.update alone p50 "
               f"{np.mean([x for x in r['core_update_p50_us'] if x]):.0f} µs", flush=True)
     report["machine"]["loadavg_end"] = os.getloadavg()

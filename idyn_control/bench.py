@@ -45,6 +45,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import bench_peer, formulations, robots
+from .qp import INF
 
 DEADLINE_S = 1e-3
 #: a tick whose wall time exceeds its thread's CPU time by more than this was preempted [µs]
@@ -363,6 +364,9 @@ class ProjectTick:
             raise ValueError(f"{self.formulation}: no compiled tick ({f.native_unavailable or 'backend python'})")
         self._write_references(0)
         ctrl.update(self.seq.q[0], self.seq.v[0], self.seq.contact[0])  # fills the solvers' option/task buffers
+        # contacts switch here without Controller.update's transitions (contact_ramp_time 0):
+        # a held contact's force is unbounded, whichever contacts that first tick held
+        f.contacts.max_normal_force[:] = INF
         # the binding's calls, each bound to its buffers (the layer's output, ctrl.qdd_des, is
         # the solver's input): one call per stage with scalar arguments, as rt.cpp makes them
         self._engine_call = f._engine.update

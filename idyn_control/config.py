@@ -240,6 +240,10 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               choices=SAFE_OUTPUTS, controller_field="safe_output"),
     _gain("safe_damping", _CFG.safe_damping, "joint damping of safe_output = damping [N·m·s/rad]", high=1e4),
     _gain("torque_rate_limit", _CFG.torque_rate_limit, "max |Δτ|/Δt per joint [N·m/s]; 0 = off", high=1e7),
+    _gain("contact_ramp_time", _CFG.contact_ramp_time,
+          "contact make/break: the contact's normal-force bound ramps over this time [s] (from zero to the "
+          "robot's weight on a make, from its force to zero on a break), so a switch never steps the "
+          "torque; 0 = switched", high=1.0),
     ParamSpec("controller.effort_limit_scale", _CFG.effort_limit_scale, DOUBLE,
               "commanded |τ| ≤ scale · effort limit", (1e-3, 1.0), controller_field="effort_limit_scale"),
     # ---------------------------------------------------------------- gait (idyn_gait_controller)

@@ -71,6 +71,12 @@ class ContactSet:
         friction_rows: (k, 5, 3) pyramid rows, ``friction_rows[i] @ f_i ≤ 0``.
         phi: (k,) signed distances [m] (0 unless set: estimates say "touching").
         active: (k,) bool mask of contacts touching now.
+        max_normal_force: (k,) upper bound of each active contact's normal force n·f [N]
+            (``INF``: none), ramped by :class:`ContactTransitions` while a contact makes or
+            breaks; the QP formulations honour it (it is the upper side of the pyramid's
+            unilateral row).
+        released: (k,) bool, active contacts held only by a breaking transition: their
+            force is bounded and ramps to zero, but they no longer constrain the motion.
     """
 
     def __init__(self, model: RobotModel):
@@ -83,6 +89,8 @@ class ContactSet:
         self.rotation = np.zeros((k, 3, 3))
         self.phi = np.zeros(k)
         self.active = np.zeros(k, dtype=bool)
+        self.max_normal_force = np.full(k, INF)
+        self.released = np.zeros(k, dtype=bool)
         self.basis = np.zeros((k, 3, 3))
         self.friction_rows = np.zeros((k, PYRAMID_ROWS, 3))
         self.mu = np.zeros(k)
@@ -231,3 +239,77 @@ class ContactSet:
         for frame in frames:
             if frame not in self.model.contact_frames:
                 raise UnknownNameError("contact frame", frame, self.model.contact_frames)
+
+
+#: a breaking contact carrying less than this fraction of the robot's weight is released at
+#: once (far above the QP accuracy, so both backends release it on the same tick)
+NEGLIGIBLE_FORCE = 1e-6
+
+
+class ContactTransitions:
+    """Smooth contact make and break: normal-force bounds ramped over ``ramp_time`` [s].
+
+    A contact the controller starts to hold (make: touchdown) gets the bound
+    n·f ≤ ``force_scale`` · (time held) / ``ramp_time``, lifted once it reaches
+    ``force_scale`` (the robot's weight). A contact it stops holding (break: lift-off, or its
+    estimate lost) stays in the formulation for ``ramp_time``, released (it no longer
+    constrains the motion), its bound falling from the normal force it carried to zero.
+    Predicted forces, and the torques built on them, then move at most at the ramp's rate:
+    a switch never steps the torque (as TSID's contact transitions). ``ramp_time`` 0:
+    switched (no bound; held = requested).
+
+    The bounds and the released flags are written into the formulation's
+    :class:`ContactSet` (``max_normal_force``, ``released``); a change of what is released
+    moves its ``version`` on, like a change of the active set.
+    """
+
+    def __init__(self, k: int, force_scale: float):
+        self.force_scale = float(force_scale)  # [N]
+        self.bound = np.full(k, INF)           # [N]; INF: held without bound, 0: not held
+        self.rate = np.zeros(k)                # ramp-out rate of a breaking contact [N/s]
+        self.requested = np.zeros(k, dtype=bool)  # the last tick's request
+        self.held = np.zeros(k, dtype=bool)
+        self._fresh = True
+
+    def reset(self) -> None:
+        """The next tick takes its request as it is (activation: no ramp from nothing)."""
+        self._fresh = True
+
+    def update(self, requested: np.ndarray, contacts: ContactSet, forces_world: np.ndarray, ramp_time: float,
+               dt: float) -> np.ndarray:
+        """The contacts to hold this tick ((k,) bool, a view kept by this object).
+
+        ``requested``: the contacts the controller holds without transitions (touching and
+        not swinging); ``forces_world``: (k, 3) the last tick's predicted forces [N] (a
+        break ramps down from the normal force its contact carried).
+        """
+        b = self.bound
+        if ramp_time <= 0.0 or self._fresh:
+            b[:] = np.where(requested, INF, 0.0)
+            self.rate[:] = 0.0
+        else:
+            for i in range(b.size):
+                if requested[i]:
+                    if b[i] < INF:  # making (or re-making while breaking): ramp up
+                        b[i] += self.force_scale * dt / ramp_time
+                        if b[i] >= self.force_scale:
+                            b[i] = INF
+                    continue
+                if self.requested[i]:  # breaks now: ramp down from the force it carries
+                    normal = float(contacts.basis[i, 2] @ forces_world[i])
+                    b[i] = min(b[i], max(normal, 0.0))
+                    if b[i] <= NEGLIGIBLE_FORCE * self.force_scale:  # carries nothing (to QP accuracy): off now
+                        b[i] = 0.0
+                    self.rate[i] = b[i] / ramp_time
+                b[i] = max(b[i] - self.rate[i] * dt, 0.0)
+                if b[i] <= 1e-9 * self.rate[i] * ramp_time:  # what round-off leaves of the ramp: over
+                    b[i] = 0.0
+        self._fresh = False
+        self.requested[:] = requested
+        np.logical_or(requested, b > 0.0, out=self.held)
+        contacts.max_normal_force[:] = b
+        released = self.held & ~self.requested
+        if (released != contacts.released).any():
+            contacts.released[:] = released
+            contacts.version += 1
+        return self.held

@@ -24,6 +24,7 @@ import numpy as np
 import pinocchio as pin
 
 from . import formulations
+from .contacts import ContactTransitions
 from .errors import ConfigError, ShapeError
 from .formulations.base import Result
 from .linalg import solve_pd
@@ -58,6 +59,7 @@ class ControllerConfig:
     safe_damping: float = 0.5      # N·m·s/rad, for safe_output = damping
     torque_rate_limit: float = 0.0  # N·m/s per joint, 0 = off
     effort_limit_scale: float = 1.0  # commanded |τ| ≤ scale · URDF effort limit
+    contact_ramp_time: float = 0.0  # [s] contact make/break: force bounds ramped over it, 0 = switched
 
     def validate(self) -> None:
         if self.formulation not in formulations.names():
@@ -67,7 +69,7 @@ class ControllerConfig:
         if not (np.isfinite(self.dt) and 0.0 < self.dt <= 0.1):
             raise ConfigError("dt", self.dt, "must be in (0, 0.1] s")
         for key in ("base_kp", "base_kd", "foot_kp", "foot_kd", "stance_weight", "base_weight",
-                    "swing_weight", "posture_weight", "safe_damping", "torque_rate_limit"):
+                    "swing_weight", "posture_weight", "safe_damping", "torque_rate_limit", "contact_ramp_time"):
             value = getattr(self, key)
             if not np.isfinite(value) or value < 0.0:
                 raise ConfigError(key, value, "must be finite and ≥ 0")
@@ -121,6 +123,9 @@ class Controller:
         self.foot_velocity_ref = np.zeros((k, 3))
         self.foot_acceleration_ref = np.zeros((k, 3))
         self.swing = np.zeros(k, dtype=bool)   # feet that follow foot references
+        # make and break ramp the contacts' force bounds (contact_ramp_time), from nothing
+        # up to the robot's weight, from the carried force down to nothing
+        self.transitions = ContactTransitions(k, 9.81 * pin.computeTotalMass(model.pin_model))
         # kinematic layer buffer: right-hand side of its normal equations
         self._rhs = np.zeros(nv)
         self.qdd_des = np.zeros(nv)
@@ -162,6 +167,7 @@ class Controller:
         self.base_velocity_ref[:] = 0.0
         self.base_angular_ref[:] = 0.0
         self.swing[:] = False
+        self.transitions.reset()
         self.formulation.reset()
         self._tau_prev[:] = 0.0
 
@@ -306,8 +312,11 @@ class Controller:
             raise ShapeError("contact_mask", mask.shape, (len(m.contacts),))
         # a foot the gait swings is lifted, not held, even while it still touches: the
         # kinematic layer tracks its swing reference, so the formulation must not also
-        # hold it as a contact (bilateral formulations would pin it to the ground)
-        active = tuple(frame for frame, on, swing in zip(m.contact_frames, mask, self.swing) if on and not swing)
+        # hold it as a contact (bilateral formulations would pin it to the ground); a
+        # contact that makes or breaks is held with a ramped force bound (contact_ramp_time)
+        held = self.transitions.update(mask & ~self.swing, f.contacts, f.forces, self.config.contact_ramp_time,
+                                       self.config.dt)
+        active = tuple(frame for frame, on in zip(m.contact_frames, held) if on)
         f.prepare(q, v, active)  # one Pinocchio pass serves the kinematic layer and the solve
         try:
             result = f.solve_prepared(self.desired_acceleration(f.terms.q, f.terms.v, mask))

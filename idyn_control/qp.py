@@ -123,6 +123,7 @@ class QpSolver:
         self._x = np.zeros(n)
         self._y = np.zeros(n_eq)
         self._z = np.zeros(n_in)
+        self._stale_z = False  # a row's bounds moved since the last solve (set_row_bounds)
         self._qp = None
         if solver == "proxqp" and n > 0:
             self._qp = self._new_proxqp()
@@ -147,6 +148,16 @@ class QpSolver:
     def reset(self) -> None:
         """Forget the previous result: the next solve starts cold and re-initializes."""
         self._initialized = False
+
+    def set_row_bounds(self, row: int, lower: float, upper: float) -> None:
+        """``l[row], u[row] = lower, upper``; when they move, the row's multiplier from the
+        last solve is dropped from the warm start: ProxQP stops on residuals, not on
+        complementarity, so a bound moved away from a solution it held would leave that
+        solution "optimal" (a ramping force bound would never let go)."""
+        if self.l[row] != lower or self.u[row] != upper:
+            self.l[row], self.u[row] = lower, upper
+            self._z[row] = 0.0
+            self._stale_z = True
 
     def solve(self, x0: np.ndarray | None = None) -> QpOutcome:
         """Solve with the current problem data.
@@ -177,6 +188,9 @@ class QpSolver:
         A = self.A if self.n_eq else None
         b = self.b if self.n_eq else None
         C = self.C if self.n_in else None
+        if x0 is None and self._stale_z and self.warm_start and self._initialized:
+            x0 = self._x  # the previous result, with the multipliers set_row_bounds dropped
+        self._stale_z = False
         if not self._initialized:
             qp.init(self.H, self.g, A, b, C, self.l if self.n_in else None, self.u if self.n_in else None)
             self._initialized = True

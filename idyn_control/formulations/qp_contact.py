@@ -216,6 +216,23 @@ class _QpContact(Formulation):
             C[i, 3 * i:3 * i + 3] += cs.basis[i, 2]
             lo[i] = 0.0
 
+    def _bound_normal_forces(self, mass: float) -> None:
+        """Each active contact's ``max_normal_force`` (a making or breaking contact's ramp,
+        :class:`~idyn_control.contacts.ContactTransitions`) as the upper side of its
+        unilateral row: −n·f ≥ −bound (Stage I in newtons, Stage II per unit mass). With
+        infinite friction nothing else bounds the tangential force, so a ramping contact's
+        is bounded alike, |t·f| ≤ bound: its whole force then fades in and out."""
+        cs = self.contacts
+        for i in np.flatnonzero(cs.active):
+            bound, r, c = cs.max_normal_force[i], PYRAMID_ROWS * i, 3 * i
+            ramp = bound < INF
+            for qp, scale in ((self.stage1, 1.0), (self.stage2, 1.0 / mass)):
+                qp.set_row_bounds(r + 4, -bound * scale if ramp else -INF, qp.u[r + 4])
+                if self.infinite_friction:  # rows r, r + 1 are free for μ = ∞
+                    qp.C[r:r + 2, c:c + 3] = cs.basis[i, :2] if ramp else 0.0
+                    for j in (r, r + 1):
+                        qp.set_row_bounds(j, -bound * scale if ramp else -INF, bound * scale if ramp else INF)
+
     def _compute(self):
         self._refresh_pyramid()
         if self._native is not None and self.options["stage1_solver"] == "qp":
@@ -238,6 +255,7 @@ class _QpContact(Formulation):
         v = self.terms.v
         iterations, solve_time, status = 0, 0.0, SOLVED
         self._refresh_friction()
+        self._bound_normal_forces(M[0, 0] if nb else 1.0)
 
         if nb and cs.n_active:
             B = M[:nb, nb:]
@@ -341,6 +359,8 @@ class _QpContact(Formulation):
         np.copyto(r.C, s1.C)
         np.copyto(r.l, s1.l)
         np.copyto(r.u, s1.u)
+        for bounds in (r.l, r.u):  # finite bounds (a ramping contact's force) per unit mass
+            np.divide(bounds, mass, out=bounds, where=np.abs(bounds) < INF)
         out = r.solve()
         out.x = out.x * mass
         return out

@@ -281,8 +281,13 @@ class WbcQp(Formulation):
         switched = self._contact_version != cs.version
         if switched:
             cs.fill_friction_rows(qp.C[:n_fr, nv:], qp.l[:n_fr], qp.u[:n_fr])
-            self._inactive_rows = np.flatnonzero(np.repeat(~cs.active, 3)) + nb
+            # a released contact (breaking, ContactTransitions) keeps its bounded force but
+            # no longer holds its point still
+            self._inactive_rows = np.flatnonzero(np.repeat(~cs.active | cs.released, 3)) + nb
             self._contact_version = cs.version
+        for i in np.flatnonzero(cs.active):  # a making or breaking contact's force bound, per unit mass
+            bound, r = cs.max_normal_force[i], PYRAMID_ROWS * i + 4
+            qp.set_row_bounds(r, -INF if bound >= INF else -bound * inv_m, qp.u[r])
         if self._inactive_rows.size:
             A[self._inactive_rows] = 0.0
             b[self._inactive_rows] = 0.0

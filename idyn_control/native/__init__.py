@@ -244,9 +244,9 @@ class Wbc:
         self.info = np.zeros(6)
         self.tasks = np.zeros((0, TASK_STRIDE))
         self._tau_max = _TauMax(f.model)
-        self._ext = _bind_solver(self.lib.Wbc, engine._ext, cs.friction_rows, bool(o["warm_start"]),
-                                 float(o["eps_abs"]), f.qdd_des, cs.active, self.weights, self._tau_max.array,
-                                 f.qdd, f.tau, f.forces, self.info)
+        self._ext = _bind_solver(self.lib.Wbc, engine._ext, cs.friction_rows, cs.max_normal_force, cs.released,
+                                 bool(o["warm_start"]), float(o["eps_abs"]), f.qdd_des, cs.active, self.weights,
+                                 self._tau_max.array, f.qdd, f.tau, f.forces, self.info)
         self._tau_max.solver = self._ext
         self._ext.set_tasks(self.tasks)
         self.handle = self._ext.handle
@@ -262,13 +262,18 @@ class Wbc:
         self._tasks_addr = self._ext.tasks_address
         return self.tasks
 
-    def solve(self, tasks) -> tuple[int, int, float]:
+    def write_settings(self, tasks) -> None:
+        """The weights and task settings the solve reads (compiled ticks read the last ones)."""
         f, o, w = self.f, self.f.options, self.weights
         w[0], w[1], w[2], w[3], w[4] = o["w_base"], o["w_posture"], o["w_force"], o["contact_gain"], f._mass
         buf = self.tasks
         for i, task in enumerate(tasks):
             row = buf[i]
             row[0], row[1], row[11], row[12] = task.frame_id, task.weight, task.kp, task.kd
+
+    def solve(self, tasks) -> tuple[int, int, float]:
+        f = self.f
+        self.write_settings(tasks)
         self._tau_max.check()
         status = self._ext.solve(f.contacts.version, len(tasks))
         return status, int(self.info[0]), float(self.info[1])
@@ -300,8 +305,8 @@ class QpContact:
         self.info = np.zeros(9)
         self._tau_max = _TauMax(f.model)
         self._ext = _bind_solver(self.lib.Qpc, engine._ext, f.dt, bool(f.infinite_friction), bool(o["warm_start"]),
-                                 float(o["eps_abs"]), f.pyramid, cs.basis, cs.phi, f.qdd_des, cs.active, self.options,
-                                 self._tau_max.array, f.qdd, f.tau, f.forces, self.info)
+                                 float(o["eps_abs"]), f.pyramid, cs.basis, cs.phi, cs.max_normal_force, f.qdd_des,
+                                 cs.active, self.options, self._tau_max.array, f.qdd, f.tau, f.forces, self.info)
         self._tau_max.solver = self._ext
         self._solve = self._ext.solve
         self.handle = self._ext.handle
@@ -309,10 +314,15 @@ class QpContact:
         a = self._ext.addresses
         self._addrs, self._out = a[:3], a[4:]
 
-    def solve(self) -> tuple[int, int, float]:
-        f, o, opt = self.f, self.f.options, self.options
+    def write_settings(self) -> None:
+        """The options the solve reads (compiled ticks read the last ones)."""
+        o, opt = self.f.options, self.options
         opt[0], opt[1], opt[2] = bool(o["stage2"]), bool(o["torque_limits"]), bool(o["fast_path"])
         opt[3], opt[4] = DISSIPATION.index(o["dissipation"]), o["friction_margin"]
+
+    def solve(self) -> tuple[int, int, float]:
+        f = self.f
+        self.write_settings()
         self._tau_max.check()
         status = self._solve(f.contacts.version)
         return status, int(self.info[0]), float(self.info[1])
@@ -361,11 +371,15 @@ class KinematicLayer:
         self._args = self._ext.args  # the call's arguments as addresses, for the compiled loop's plan
         self._call = self._ext.compute
 
-    def compute(self, contact_mask) -> np.ndarray:
+    def write_gains(self) -> None:
+        """The controller's gains and weights (compiled ticks read the last ones)."""
         c, g = self.controller.config, self.gains
         (g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]) = (
             c.base_kp, c.base_kd, c.base_weight, c.foot_kp, c.foot_kd, c.swing_weight, c.stance_weight,
             c.posture_weight, c.damping)
+
+    def compute(self, contact_mask) -> np.ndarray:
+        self.write_gains()
         self.mask[:] = contact_mask
         self._call()
         return self.qdd

@@ -34,7 +34,8 @@ void idyn_kinematic_layer(void* handle, const double* const* refs, const int* jo
                           const std::uint8_t* mask, const double* gains, double* qdd_out);
 
 // solvers.cpp
-void* idyn_wbc_new(void* engine, const double* friction_rows, int warm_start, double eps_abs);
+void* idyn_wbc_new(void* engine, const double* friction_rows, const double* max_normal_force,
+                   const std::uint8_t* released, int warm_start, double eps_abs);
 void idyn_wbc_free(void* w);
 void idyn_wbc_reset(void* w);
 int idyn_wbc_solve(void* w, const double* qdd_des, const std::uint8_t* active, long version, const double* weights,
@@ -43,10 +44,32 @@ int idyn_wbc_solve(void* w, const double* qdd_des, const std::uint8_t* active, l
 long idyn_wbc_torque_limits_dropped(void* w);
 long idyn_wbc_contacts_elastic(void* w);
 void* idyn_qpc_new(void* engine, double dt, int unilateral_only, int warm_start, double eps_abs,
-                   const double* friction_rows, const double* basis, const double* phi);
+                   const double* friction_rows, const double* basis, const double* phi, const double* max_normal_force);
 void idyn_qpc_free(void* c);
 void idyn_qpc_reset(void* c);
 int idyn_qpc_solve(void* c, const double* qdd_des, const std::uint8_t* active, long version, const double* options,
                    const double* tau_max, double* qdd, double* tau, double* forces, double* info);
+
+// gait.cpp: the gait generator (native/gait.py STATE, CONFIG, CONTROLLER_REFS)
+void* idyn_gait_new(void* engine, int k, int nb, int state_size, const double* config, int config_size,
+                    const int* joint_q_index, const int* foot_frames, double* state, double* const* refs,
+                    std::uint8_t* swing);
+void idyn_gait_free(void* g);
+void idyn_gait_update(void* g, double t, const double* q, const double* v, const std::uint8_t* mask);
+void idyn_gait_drive(void* g, double t, const double* q, const double* v, const std::uint8_t* mask, double now);
+void idyn_gait_undo(void* g);
+void idyn_gait_reset(void* g, double t, const double* q, const double* v, const std::uint8_t* mask);
+void idyn_gait_start(void* g, double t);
+void idyn_gait_stop(void* g);
+void idyn_gait_command(void* g, double vx, double vy, double yaw_rate, double now);
+
+// tick.cpp: one controller tick (native/tick.py SLOTS, VALUES)
+#define IDYN_TICK_SLOTS 38
+#define IDYN_TICK_VALUES 11
+void* idyn_tick_new(const std::uint64_t* slots, const double* values);
+void idyn_tick_free(void* t);
+void idyn_tick_plan(void* t, const std::uint64_t* slots, const double* values);
+int idyn_tick_run(void* t, double time, const double* q, const double* v, const std::uint8_t* mask, double now,
+                  double* tau, int* saturated);
 
 }  // extern "C"

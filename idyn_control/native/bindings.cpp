@@ -187,14 +187,18 @@ struct Wbc : SolverBuffers {
   py::ssize_t task_rows = 0;
   py::object tasks_obj;
 
-  Wbc(const py::object& engine_obj, const py::object& friction_rows, bool warm_start, double eps_abs,
-      const py::object& qdd_des, const py::object& active, const py::object& weights, const py::object& tau_max,
-      const py::object& qdd, const py::object& tau, const py::object& forces, const py::object& info)
+  Wbc(const py::object& engine_obj, const py::object& friction_rows, const py::object& max_normal_force,
+      const py::object& released, bool warm_start, double eps_abs, const py::object& qdd_des, const py::object& active,
+      const py::object& weights, const py::object& tau_max, const py::object& qdd, const py::object& tau,
+      const py::object& forces, const py::object& info)
       : SolverBuffers(engine_obj.cast<const Engine&>(), qdd_des, active, weights, IDYN_WBC_WEIGHTS, tau_max, qdd,
                       tau, forces, info, IDYN_WBC_INFO),
         engine(engine_obj) {
+    const py::ssize_t k = engine_obj.cast<const Engine&>().dims.k;
     auto* rows = buffer<double>(friction_rows, "friction_rows", -1, false, keep);
-    handle = idyn_wbc_new(engine_obj.cast<const Engine&>().handle, rows, warm_start, eps_abs);
+    auto* bound = buffer<double>(max_normal_force, "max_normal_force", k, false, keep);
+    auto* rel = buffer<std::uint8_t>(released, "released", k, false, keep);
+    handle = idyn_wbc_new(engine_obj.cast<const Engine&>().handle, rows, bound, rel, warm_start, eps_abs);
     if (!handle) throw std::runtime_error("native wbc_qp could not be created");
   }
   ~Wbc() {
@@ -224,9 +228,10 @@ struct Qpc : SolverBuffers {
   void* handle = nullptr;
 
   Qpc(const py::object& engine_obj, double dt, bool unilateral_only, bool warm_start, double eps_abs,
-      const py::object& friction_rows, const py::object& basis, const py::object& phi, const py::object& qdd_des,
-      const py::object& active, const py::object& options, const py::object& tau_max, const py::object& qdd,
-      const py::object& tau, const py::object& forces, const py::object& info)
+      const py::object& friction_rows, const py::object& basis, const py::object& phi,
+      const py::object& max_normal_force, const py::object& qdd_des, const py::object& active,
+      const py::object& options, const py::object& tau_max, const py::object& qdd, const py::object& tau,
+      const py::object& forces, const py::object& info)
       : SolverBuffers(engine_obj.cast<const Engine&>(), qdd_des, active, options, IDYN_QPC_OPTIONS, tau_max, qdd,
                       tau, forces, info, IDYN_QPC_INFO),
         engine(engine_obj) {
@@ -234,7 +239,9 @@ struct Qpc : SolverBuffers {
     auto* rows = buffer<double>(friction_rows, "friction_rows", -1, false, keep);
     auto* b = buffer<double>(basis, "basis", 9 * k, false, keep);
     auto* p = buffer<double>(phi, "phi", -1, false, keep);
-    handle = idyn_qpc_new(engine_obj.cast<const Engine&>().handle, dt, unilateral_only, warm_start, eps_abs, rows, b, p);
+    auto* bound = buffer<double>(max_normal_force, "max_normal_force", k, false, keep);
+    handle = idyn_qpc_new(engine_obj.cast<const Engine&>().handle, dt, unilateral_only, warm_start, eps_abs, rows, b, p,
+                          bound);
     if (!handle) throw std::runtime_error("native qp_contact could not be created");
   }
   ~Qpc() {
@@ -246,6 +253,83 @@ struct Qpc : SolverBuffers {
   int solve(long version) {
     return idyn_qpc_solve(handle, qdd_des, active, version, params, tau_max, qdd, tau, forces, info);
   }
+};
+
+// gait.cpp's gait: its state and configuration arrays (native/gait.py) and the controller's
+// reference arrays it writes are bound once; a tick's state (q, v, mask) is checked per call
+struct Gait {
+  py::object engine;
+  void* handle = nullptr;
+  std::vector<double*> refs;
+  py::ssize_t k, nq, nv;
+  std::vector<py::object> keep;
+
+  Gait(const py::object& engine_obj, int k_, const py::object& state, const py::object& config,
+       const py::object& joint_q_index, const py::object& foot_frames, const py::list& ref_arrays,
+       const py::object& swing)
+      : engine(engine_obj), k(k_) {
+    const auto& e = engine_obj.cast<const Engine&>();
+    nq = e.dims.nq;
+    nv = e.dims.nv;
+    const py::ssize_t na = e.dims.na;
+    auto* st = buffer<double>(state, "state", -1, true, keep);
+    auto* cfg = buffer<double>(config, "config", -1, false, keep);
+    auto* jqi = buffer<int>(joint_q_index, "joint_q_index", na, false, keep);
+    auto* feet = buffer<int>(foot_frames, "foot_frames", k, false, keep);
+    // native/gait.py CONTROLLER_REFS: q, v, a (na each), base position (3), rotation (9), velocity,
+    // angular (3 each), foot position, velocity, acceleration (3k each)
+    const py::ssize_t sizes[] = {na, na, na, 3, 9, 3, 3, 3 * k, 3 * k, 3 * k};
+    if (py::len(ref_arrays) != 10) throw py::value_error("refs: 10 arrays expected");
+    for (int i = 0; i < 10; ++i) refs.push_back(buffer<double>(ref_arrays[i], "refs", sizes[i], true, keep));
+    auto* sw = buffer<std::uint8_t>(swing, "swing", k, true, keep);
+    handle = idyn_gait_new(e.handle, k, e.dims.nb, int(py::reinterpret_borrow<py::array>(state).size()), cfg,
+                           int(py::reinterpret_borrow<py::array>(config).size()), jqi, feet, st, refs.data(), sw);
+    if (!handle) throw std::runtime_error("the compiled gait could not be created (sizes do not match the model)");
+  }
+  ~Gait() {
+    if (handle) idyn_gait_free(handle);
+  }
+  Gait(const Gait&) = delete;
+  Gait& operator=(const Gait&) = delete;
+
+  // a tick's state: q (nq), v (nv), contact mask (k)
+  struct State {
+    const double *q, *v;
+    const std::uint8_t* mask;
+  };
+  State state(const py::object& q, const py::object& v, const py::object& mask) const {
+    std::vector<py::object> tmp;
+    return {buffer<double>(q, "q", nq, false, tmp), buffer<double>(v, "v", nv, false, tmp),
+            mask.is_none() ? nullptr : buffer<std::uint8_t>(mask, "mask", k, false, tmp)};
+  }
+};
+
+// tick.cpp's tick: its slots are addresses of buffers the Python Tick keeps alive
+struct Tick {
+  void* handle = nullptr;
+  py::ssize_t nq, nv, na, k;
+
+  static const std::uint64_t* slots_of(const py::array& a) {
+    if (!py::isinstance<py::array_t<std::uint64_t>>(a) || !(a.flags() & py::array::c_style) || a.size() != IDYN_TICK_SLOTS)
+      throw py::value_error("slots: " + std::to_string(IDYN_TICK_SLOTS) + " uint64 addresses expected");
+    return static_cast<const std::uint64_t*>(a.data());
+  }
+  static const double* values_of(const py::array& a) {
+    if (!py::isinstance<py::array_t<double>>(a) || !(a.flags() & py::array::c_style) || a.size() != IDYN_TICK_VALUES)
+      throw py::value_error("values: " + std::to_string(IDYN_TICK_VALUES) + " doubles expected");
+    return static_cast<const double*>(a.data());
+  }
+  Tick(const py::array& slots, const py::array& values) {
+    const double* v = values_of(values);
+    nq = py::ssize_t(v[0]), nv = py::ssize_t(v[1]), na = py::ssize_t(v[3]), k = py::ssize_t(v[4]);
+    handle = idyn_tick_new(slots_of(slots), v);
+    if (!handle) throw std::runtime_error("the compiled tick could not be created");
+  }
+  ~Tick() {
+    if (handle) idyn_tick_free(handle);
+  }
+  Tick(const Tick&) = delete;
+  Tick& operator=(const Tick&) = delete;
 };
 
 }  // namespace
@@ -284,10 +368,11 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("args", &KinematicLayer::args);
 
   py::class_<Wbc>(m, "Wbc")
-      .def(py::init<const py::object&, const py::object&, bool, double, const py::object&, const py::object&,
+      .def(py::init<const py::object&, const py::object&, const py::object&, const py::object&, bool, double,
                     const py::object&, const py::object&, const py::object&, const py::object&, const py::object&,
-                    const py::object&>(),
-           py::arg("engine"), py::arg("friction_rows"), py::arg("warm_start"), py::arg("eps_abs"),
+                    const py::object&, const py::object&, const py::object&>(),
+           py::arg("engine"), py::arg("friction_rows"), py::arg("max_normal_force"), py::arg("released"),
+           py::arg("warm_start"), py::arg("eps_abs"),
            py::arg("qdd_des"), py::arg("active"), py::arg("weights"), py::arg("tau_max"), py::arg("qdd"),
            py::arg("tau"), py::arg("forces"), py::arg("info"))
       .def("solve", &Wbc::solve, py::arg("version"), py::arg("n_tasks"))
@@ -303,9 +388,10 @@ PYBIND11_MODULE(_native, m) {
   py::class_<Qpc>(m, "Qpc")
       .def(py::init<const py::object&, double, bool, bool, double, const py::object&, const py::object&,
                     const py::object&, const py::object&, const py::object&, const py::object&, const py::object&,
-                    const py::object&, const py::object&, const py::object&, const py::object&>(),
+                    const py::object&, const py::object&, const py::object&, const py::object&, const py::object&>(),
            py::arg("engine"), py::arg("dt"), py::arg("unilateral_only"), py::arg("warm_start"), py::arg("eps_abs"),
-           py::arg("friction_rows"), py::arg("basis"), py::arg("phi"), py::arg("qdd_des"), py::arg("active"),
+           py::arg("friction_rows"), py::arg("basis"), py::arg("phi"), py::arg("max_normal_force"),
+           py::arg("qdd_des"), py::arg("active"),
            py::arg("options"), py::arg("tau_max"), py::arg("qdd"), py::arg("tau"), py::arg("forces"), py::arg("info"))
       .def("solve", &Qpc::solve, py::arg("version"))
       .def("set_tau_max", &Qpc::set_tau_max)
@@ -313,12 +399,59 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("addresses", &Qpc::addresses)
       .def_property_readonly("handle", [](const Qpc& c) { return address(c.handle); });
 
+  py::class_<Gait>(m, "Gait")
+      .def(py::init<const py::object&, int, const py::object&, const py::object&, const py::object&,
+                    const py::object&, const py::list&, const py::object&>(),
+           py::arg("engine"), py::arg("k"), py::arg("state"), py::arg("config"), py::arg("joint_q_index"),
+           py::arg("foot_frames"), py::arg("refs"), py::arg("swing"))
+      .def("update",
+           [](Gait& g, double t, const py::object& q, const py::object& v, const py::object& mask) {
+             const auto s = g.state(q, v, mask);
+             idyn_gait_update(g.handle, t, s.q, s.v, s.mask);
+           })
+      .def("drive",
+           [](Gait& g, double t, const py::object& q, const py::object& v, const py::object& mask, double now) {
+             const auto s = g.state(q, v, mask);
+             idyn_gait_drive(g.handle, t, s.q, s.v, s.mask, now);
+           })
+      .def("reset",
+           [](Gait& g, double t, const py::object& q, const py::object& v, const py::object& mask) {
+             const auto s = g.state(q, v, mask);  // mask None: every foot down
+             idyn_gait_reset(g.handle, t, s.q, s.v, s.mask);
+           })
+      .def("start", [](Gait& g, double t) { idyn_gait_start(g.handle, t); })
+      .def("stop", [](Gait& g) { idyn_gait_stop(g.handle); })
+      .def("undo", [](Gait& g) { idyn_gait_undo(g.handle); })
+      .def("command", [](Gait& g, double vx, double vy, double wz, double now) {
+        idyn_gait_command(g.handle, vx, vy, wz, now);
+      })
+      .def_property_readonly("handle", [](const Gait& g) { return address(g.handle); });
+
+  py::class_<Tick>(m, "Tick")
+      .def(py::init<const py::array&, const py::array&>(), py::arg("slots"), py::arg("values"))
+      .def("plan", [](Tick& t, const py::array& slots, const py::array& values) {
+        idyn_tick_plan(t.handle, Tick::slots_of(slots), Tick::values_of(values));
+      })
+      .def("run",  // (status, joints saturated); τ into tau
+           [](Tick& t, double time, const py::object& q, const py::object& v, const py::object& mask, double now,
+              const py::object& tau) {
+             std::vector<py::object> tmp;
+             int saturated = 0;
+             const int status = idyn_tick_run(
+                 t.handle, time, buffer<double>(q, "q", t.nq, false, tmp), buffer<double>(v, "v", t.nv, false, tmp),
+                 buffer<std::uint8_t>(mask, "mask", t.k, false, tmp), now, buffer<double>(tau, "tau", t.na, true, tmp),
+                 &saturated);
+             return py::make_tuple(status, saturated);
+           })
+      .def_property_readonly("handle", [](const Tick& t) { return address(t.handle); });
+
   // for rt.cpp's plan: the functions a compiled tick calls
   py::dict symbols;
   symbols["idyn_engine_update"] = address(reinterpret_cast<const void*>(&idyn_engine_update));
   symbols["idyn_kinematic_layer"] = address(reinterpret_cast<const void*>(&idyn_kinematic_layer));
   symbols["idyn_qpc_solve"] = address(reinterpret_cast<const void*>(&idyn_qpc_solve));
   symbols["idyn_wbc_solve"] = address(reinterpret_cast<const void*>(&idyn_wbc_solve));
+  symbols["idyn_tick_run"] = address(reinterpret_cast<const void*>(&idyn_tick_run));
   m.attr("symbols") = symbols;
 
   // what the compiler was told (the installed build is portable unless IDYN_NATIVE_MARCH asked otherwise)

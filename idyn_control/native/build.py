@@ -3,8 +3,8 @@
 ``pip install .``, ``pip install -e .`` and ``colcon build`` (ament_python runs
 ``setup.py``) all build two optional extension modules with setuptools and pybind11:
 
-- ``idyn_control.native._native``: the compiled tick (``engine.cpp``, ``solvers.cpp``) and
-  its binding (``bindings.cpp``). Header-only Pinocchio, ProxQP and Eigen: nothing is
+- ``idyn_control.native._native``: the compiled tick (``engine.cpp``, ``solvers.cpp``,
+  ``gait.cpp``, ``tick.cpp``) and its binding (``bindings.cpp``). Header-only Pinocchio, ProxQP and Eigen: nothing is
   linked but the C++ runtime. Headers are found, in order, in ``IDYN_NATIVE_INCLUDE``
   (``:``-separated), the pip wheels' prefix (``cmeel.prefix/include`` of pin, proxsuite and
   cmeel-eigen: the installed ones, or pip's build environment's), a ROS 2 install
@@ -42,7 +42,7 @@ SOURCE_DIR = Path(__file__).resolve().parent
 PACKAGE = "idyn_control.native"
 NATIVE_MODULE = "_native"
 RT_MODULE = "_rt"
-NATIVE_SOURCES = ("engine.cpp", "solvers.cpp", "bindings.cpp")
+NATIVE_SOURCES = ("engine.cpp", "solvers.cpp", "gait.cpp", "tick.cpp", "bindings.cpp")
 RT_SOURCES = ("rt.cpp", "rt_bindings.cpp")  # the node's compiled input → command path: rcl only
 HEADERS = ("native.hpp", "api.h", "rt_api.h")
 RT_LIBS = ("rcl", "rmw", "rcutils")

@@ -62,6 +62,7 @@ struct Engine {
 };
 
 Dims engine_dims(const Engine& e) { return e.dims; }
+const pin::Model& engine_model(const Engine& e) { return e.model; }  // gait.cpp: its own Data on it
 const Terms& engine_terms(const Engine& e) { return e.terms; }
 
 void engine_point_task(Engine& e, int frame, Eigen::Ref<Eigen::MatrixXd> J, Eigen::Ref<Eigen::Vector3d> position,

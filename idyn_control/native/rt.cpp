@@ -3,20 +3,23 @@
 // A thread of its own (SCHED_FIFO when asked) is woken by the middleware when a
 // /joint_states sample arrives (rcl_subscription_set_on_new_message_callback), takes it as
 // CDR bytes, and, when the node has declared the tick routine (active, inputs fresh, the
-// contact set and joint-name layout unchanged since the last Python tick, a compiled
-// formulation), runs the whole tick here: joint states → state → Pinocchio pass →
-// kinematic layer → formulation → clamps → command CDR → rcl_publish_serialized_message.
-// No Python, no GIL, no allocation. Everything else (first tick, contact switches, new
-// references or gains, watchdog, failed solves) is handed to Python with the same bytes,
-// and Python's tick runs as before, on this thread. Bookkeeping (statistics, counters,
-// monitoring) is left to a Python thread: each fast tick appends a record to a
+// joint-name layout unchanged since the last Python tick, a compiled formulation), runs
+// the whole tick here: joint states → state → the compiled controller tick (tick.cpp: gait,
+// contacts held (switches and their ramps included), Pinocchio pass, kinematic layer,
+// formulation, clamps) → command CDR → rcl_publish_serialized_message. No Python, no GIL,
+// no allocation. Everything else (first tick, new references or gains, watchdog, failed
+// solves) is handed to Python with the same bytes, and Python's tick runs as before, on
+// this thread. Monitoring messages (~/state, the predicted contact wrenches, the gait's
+// references) are published from here too, every `monitor_every` fast ticks, from
+// serialized templates whose values the tick patches in. Bookkeeping (statistics,
+// counters, diagnostics) is left to a Python thread: each fast tick appends a record to a
 // single-producer single-consumer ring and, every `drain_every` records, signals an eventfd
 // that thread waits on. The loop thread never waits for Python in a routine tick.
 //
-// The compiled pieces (engine, kinematic layer, solvers) live in the main native library;
-// Python passes their function pointers and the numpy buffers they work on (the same
-// calls the Python tick makes), so this library needs only rcl.
+// The compiled tick lives in the main native library; Python passes its function pointer,
+// its handle and the node's numpy buffers, so this library needs only rcl.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -43,26 +46,19 @@
 
 namespace {
 
-using EngineUpdate = void (*)(void*);
-using LayerFn = void (*)(void*, void*, void*, void*, void*, void*, void*);
-using QpcFn = int (*)(void*, void*, void*, long, void*, void*, void*, void*, void*, void*);
-using WbcFn = int (*)(void*, void*, void*, long, void*, void*, int, void*, void*, void*, void*, void*);
+// tick.cpp idyn_tick_run: (tick, t [s], q, v, mask, now [s, monotonic], τ out, saturated out) → 0 = done
+using TickFn = int (*)(void*, double, const double*, const double*, const uint8_t*, double, double*, int*);
 using SlowFn = idyn_rt_slow_fn;
 
 // Plan: what one fast tick works on (numpy buffers and native handles, addresses from
 // Python, idyn_control/native/rt.py PLAN_* names in this order).
 enum PlanSlot {
-  P_ENGINE_UPDATE, P_ENGINE, P_LAYER_FN, P_LAYER_ARGS0, P_LAYER_ARGS6 = P_LAYER_ARGS0 + 6,
-  P_SOLVER_FN, P_SOLVER_HANDLE, P_SOLVER_A0, P_SOLVER_A1, P_SOLVER_A2, P_SOLVER_A3, P_SOLVER_TASKS,
-  P_SOLVER_OUT0, P_SOLVER_OUT1, P_SOLVER_OUT2, P_SOLVER_OUT3,
-  P_TERMS_Q, P_TERMS_V, P_JOINT_Q_INDEX, P_CTRL_QDD_DES, P_F_QDD_DES, P_FORCES, P_F_TAU,
-  P_TAU_LIMIT, P_TAU_PREV, P_NODE_TAU, P_NODE_Q, P_NODE_V, P_IN_JQ, P_IN_JV, P_CMD_INDEX, P_CMD_VIEW,
-  P_NAMES_INDEX, P_STATE_BOUNDS, P_COUNT
+  P_TICK_FN, P_TICK, P_JOINT_Q_INDEX, P_NODE_TAU, P_NODE_Q, P_NODE_V, P_NODE_MASK, P_IN_JQ, P_IN_JV, P_CMD_INDEX,
+  P_CMD_VIEW, P_NAMES_INDEX, P_STATE_BOUNDS, P_COUNT
 };
-// Scalars of the plan (doubles): sizes, kinds, limits.
+// Scalars of the plan (doubles): sizes, limits.
 enum PlanValue {
-  V_NV, V_NB, V_NA, V_K, V_SOLVER_KIND, V_VERSION, V_N_TASKS, V_RATE_STEP, V_N_CMD,
-  V_NAMES_AT, V_NAMES_LEN, V_N_NAMES, V_UNKNOWN, V_TIMEOUT, V_THRESHOLD, V_COUNT
+  V_NV, V_NB, V_NA, V_K, V_N_CMD, V_NAMES_AT, V_NAMES_LEN, V_N_NAMES, V_UNKNOWN, V_TIMEOUT, V_THRESHOLD, V_COUNT
 };
 // One fast tick's record for Python's bookkeeping (doubles, REC_* in rt.py).
 enum Record {
@@ -120,7 +116,6 @@ struct Rt {
   double base_q[7] = {0, 0, 0, 0, 0, 0, 1}, base_v[6] = {};
   double t_base = 0.0, t_contacts = 0.0;
   std::vector<double> contacts;
-  std::vector<uint8_t> mask;       // the contact mask of the last Python tick
   int64_t last_stamp = 0;
 
   // records for Python: written at head by this thread, read from tail by Python's
@@ -133,7 +128,179 @@ struct Rt {
   rcl_serialized_message_t in = rmw_get_zero_initialized_serialized_message();
   rcl_serialized_message_t out = rmw_get_zero_initialized_serialized_message();
   std::vector<double> v, qb, jq, jv;
+
+  // monitoring (idyn_rt_monitor): per message a publisher, its CDR bytes (Python's), the
+  // offset of its header stamp (-1: none) and a range of fields: (byte offset, source double)
+  struct Message {
+    const rcl_publisher_t* pub;
+    rcl_serialized_message_t cdr;
+    int64_t stamp_at;
+    int first, count;
+  };
+  std::vector<Message> monitors;
+  // odometry and contact estimates taken here too (idyn_rt_inputs), not by Python: a tick
+  // then uses the samples that arrived before its joint states (through Python's executor
+  // they could lag it by ticks while the robot moves)
+  const rcl_subscription_t* odom_sub = nullptr;
+  const rcl_subscription_t* contacts_sub = nullptr;
+  rcl_serialized_message_t odom_in = rmw_get_zero_initialized_serialized_message();
+  rcl_serialized_message_t contacts_in = rmw_get_zero_initialized_serialized_message();
+  bool twist_in_parent = false;
+  double base_limits[3] = {0, 0, 0};  // |position| [m], |linear| [m/s], |angular| [rad/s]
+  double* py_base_q = nullptr;        // the node's _in_base_q (7), _in_base_v (6), _in_contacts (k)
+  double* py_base_v = nullptr;
+  double* py_contacts = nullptr;
+  int64_t odom_stamp = 0;
+  // drops (rt.py INPUT_DROPS): odom nonfinite, implausible, bad_quaternion, out_of_order;
+  // contact estimates wrong_size, nonfinite
+  double input_drops[6] = {};
+  std::vector<int64_t> field_at;
+  std::vector<const double*> field_src;
+  int monitor_every = 0, monitor_countdown = 0;
+  // contact forces in the contact frames for the wrench messages: Rᵢᵀ fᵢ into wrench_local
+  const double* rotation = nullptr;  // k x 3 x 3
+  const double* forces = nullptr;    // k x 3, world
+  double* wrench_local = nullptr;    // k x 3
+  int monitor_k = 0;
 };
+
+inline double f64(const uint8_t* p) {
+  double x;
+  std::memcpy(&x, p, 8);
+  return x;
+}
+
+// conversions.OdometryReader.read + ControllerNode._on_odom on the CDR bytes of a
+// nav_msgs/Odometry; a drop is counted in input_drops
+void take_odometry(Rt* rt, const uint8_t* d, size_t size, double now) {
+  if (size < 16 || d[0] != 0 || d[1] != 1) return;  // not little-endian CDR: Python never sees it either
+  int32_t sec;
+  std::memcpy(&sec, d + 4, 4);
+  const int64_t stamp = int64_t(sec) * 1000000000LL + u32(d + 8);
+  size_t off = 16 + size_t(u32(d + 12));                     // header.frame_id
+  off = (off + 3) & ~size_t(3);
+  if (off + 4 > size) return;
+  off += 4 + size_t(u32(d + off));                           // child_frame_id
+  off = ((off - 4 + 7) & ~size_t(7)) + 4;                    // doubles: 8-aligned in the payload
+  const size_t twist_at = off + 8 * (7 + 36);
+  if (twist_at + 8 * 6 > size) return;
+  double q[7], v[6];
+  for (int i = 0; i < 7; ++i) q[i] = f64(d + off + 8 * i);
+  for (int i = 0; i < 6; ++i) v[i] = f64(d + twist_at + 8 * i);
+  double check = 0.0;
+  for (double x : q) check += 0.0 * x;
+  for (double x : v) check += 0.0 * x;
+  if (check != 0.0) {
+    rt->input_drops[0] += 1;
+    return;
+  }
+  const double* lim = rt->base_limits;
+  auto over = [](const double* x, double m) { return std::max({std::abs(x[0]), std::abs(x[1]), std::abs(x[2])}) > m; };
+  if (over(q, lim[0]) || over(v, lim[1]) || over(v + 3, lim[2])) {
+    rt->input_drops[1] += 1;
+    return;
+  }
+  const double norm = std::sqrt(q[3] * q[3] + q[4] * q[4] + q[5] * q[5] + q[6] * q[6]);
+  if (std::abs(norm - 1.0) > 0.1) {
+    rt->input_drops[2] += 1;
+    return;
+  }
+  for (int i = 3; i < 7; ++i) q[i] /= norm;
+  if (rt->twist_in_parent) {  // world-frame twist → base frame: Rᵀ v (conversions.quaternion_to_matrix)
+    const double x = q[3], y = q[4], z = q[5], w = q[6];
+    const double R[9] = {1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w),
+                         2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w),
+                         2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)};
+    for (int b = 0; b < 6; b += 3) {
+      const double a[3] = {v[b], v[b + 1], v[b + 2]};
+      for (int r = 0; r < 3; ++r) v[b + r] = R[r] * a[0] + R[3 + r] * a[1] + R[6 + r] * a[2];
+    }
+  }
+  // a stamp older than the last one is dropped; a jump back > 1 s is a clock reset (accepted)
+  if (stamp != 0 && stamp < rt->odom_stamp && rt->odom_stamp - stamp <= 1000000000LL) {
+    rt->input_drops[3] += 1;
+    return;
+  }
+  std::lock_guard<std::mutex> lock(rt->input_mutex);
+  std::memcpy(rt->base_q, q, sizeof q);
+  std::memcpy(rt->base_v, v, sizeof v);
+  std::memcpy(rt->py_base_q, q, sizeof q);
+  std::memcpy(rt->py_base_v, v, sizeof v);
+  rt->t_base = now;
+  rt->odom_stamp = stamp;
+}
+
+// ControllerNode._on_contacts on the CDR bytes of a std_msgs/Float64MultiArray
+void take_contacts(Rt* rt, const uint8_t* d, size_t size, double now) {
+  if (size < 12 || d[0] != 0 || d[1] != 1) return;
+  size_t off = 4;
+  const uint32_t n_dim = u32(d + off);  // layout.dim: label (string), size, stride each
+  off += 4;
+  for (uint32_t i = 0; i < n_dim; ++i) {
+    off = (off + 3) & ~size_t(3);
+    if (off + 4 > size) return;
+    off += 4 + size_t(u32(d + off));
+    off = (off + 3) & ~size_t(3);
+    off += 8;
+  }
+  off = (off + 3) & ~size_t(3);
+  off += 4;  // layout.data_offset
+  if (off + 4 > size) return;
+  const uint32_t n = u32(d + off);
+  off = ((off + 4 - 4 + 7) & ~size_t(7)) + 4;
+  const size_t k = rt->contacts.size();
+  if (n != k) {
+    rt->input_drops[4] += 1;
+    return;
+  }
+  if (off + 8 * k > size) return;
+  double check = 0.0;
+  for (size_t i = 0; i < k; ++i) check += 0.0 * f64(d + off + 8 * i);
+  if (check != 0.0) {
+    rt->input_drops[5] += 1;
+    return;
+  }
+  std::lock_guard<std::mutex> lock(rt->input_mutex);
+  for (size_t i = 0; i < k; ++i) rt->contacts[i] = rt->py_contacts[i] = f64(d + off + 8 * i);
+  rt->t_contacts = now;
+}
+
+// The newest odometry and contact estimates that arrived (all are read, in order)
+void take_inputs(Rt* rt) {
+  rmw_message_info_t info = rmw_get_zero_initialized_message_info();
+  const double now = mono();
+  if (rt->odom_sub)
+    while (rcl_take_serialized_message(rt->odom_sub, &rt->odom_in, &info, nullptr) == RCL_RET_OK)
+      take_odometry(rt, rt->odom_in.buffer, rt->odom_in.buffer_length, now);
+  if (rt->contacts_sub)
+    while (rcl_take_serialized_message(rt->contacts_sub, &rt->contacts_in, &info, nullptr) == RCL_RET_OK)
+      take_contacts(rt, rt->contacts_in.buffer, rt->contacts_in.buffer_length, now);
+  rcutils_reset_error();
+}
+
+// The monitoring messages of a fast tick (its input's stamp), after its command is out.
+void publish_monitors(Rt* rt, int64_t stamp) {
+  if (rt->monitor_every <= 0 || --rt->monitor_countdown > 0) return;
+  rt->monitor_countdown = rt->monitor_every;
+  for (int i = 0; i < rt->monitor_k; ++i) {
+    const double* R = rt->rotation + 9 * i;
+    const double* f = rt->forces + 3 * i;
+    for (int r = 0; r < 3; ++r) rt->wrench_local[3 * i + r] = R[r] * f[0] + R[3 + r] * f[1] + R[6 + r] * f[2];
+  }
+  int64_t sec64 = stamp / 1000000000LL;  // Python's divmod: the remainder is never negative
+  if (stamp - sec64 * 1000000000LL < 0) --sec64;
+  const int32_t sec = int32_t(sec64);
+  const uint32_t nanosec = uint32_t(stamp - sec64 * 1000000000LL);
+  for (auto& m : rt->monitors) {
+    uint8_t* buf = m.cdr.buffer;
+    if (m.stamp_at >= 0) {
+      std::memcpy(buf + m.stamp_at, &sec, 4);
+      std::memcpy(buf + m.stamp_at + 4, &nanosec, 4);
+    }
+    for (int j = m.first; j < m.first + m.count; ++j) std::memcpy(buf + rt->field_at[j], rt->field_src[j], 8);
+    if (rcl_publish_serialized_message(m.pub, &m.cdr, nullptr) != RCL_RET_OK) rcutils_reset_error();
+  }
+}
 
 void on_message(const void* user, size_t n) {
   Rt* rt = const_cast<Rt*>(static_cast<const Rt*>(user));
@@ -150,7 +317,7 @@ bool fast_tick(Rt* rt, int64_t received_ns, int64_t wake_ns, int overwritten) {
   void** p = rt->p;
   const uint8_t* d = rt->in.buffer;
   const size_t size = rt->in.buffer_length;
-  const int nv = int(val[V_NV]), nb = int(val[V_NB]), na = int(val[V_NA]), k = int(val[V_K]);
+  const int nb = int(val[V_NB]), na = int(val[V_NA]), k = int(val[V_K]);
   const size_t names_at = size_t(val[V_NAMES_AT]), names_len = size_t(val[V_NAMES_LEN]);
   const uint32_t n_names = uint32_t(val[V_N_NAMES]);
   // ---- joint states: the layout Python last accepted, finite values, in order
@@ -191,87 +358,37 @@ bool fast_tick(Rt* rt, int64_t received_ns, int64_t wake_ns, int overwritten) {
   const double* bounds = static_cast<const double*>(p[P_STATE_BOUNDS]);  // rows: q low, q high, |v| max
   for (int i = 0; i < na; ++i)
     if (rt->jq[i] < bounds[i] || rt->jq[i] > bounds[na + i] || std::abs(rt->jv[i]) > bounds[2 * na + i]) return false;
-  // ---- the other inputs: fresh, same contact mask as the last Python tick
+  // ---- the other inputs: fresh; the contact mask from the estimates
   const double now = start_mono, timeout = val[V_TIMEOUT];
+  uint8_t* mask = static_cast<uint8_t*>(p[P_NODE_MASK]);
   {
     std::lock_guard<std::mutex> lock(rt->input_mutex);
     if (nb && !(rt->t_base > 0.0 && now - rt->t_base < timeout)) return false;
     if (rt->t_contacts > 0.0 && !(now - rt->t_contacts < timeout)) return false;
-    for (int c = 0; c < k; ++c)
-      if ((rt->contacts[c] >= val[V_THRESHOLD]) != bool(rt->mask[c])) return false;
+    for (int c = 0; c < k; ++c) mask[c] = rt->contacts[c] >= val[V_THRESHOLD];
     std::memcpy(rt->qb.data(), rt->base_q, sizeof rt->base_q);
     std::memcpy(rt->v.data(), rt->base_v, sizeof rt->base_v);
   }
-  // ---- state (Formulation.prepare): q = base + joints, quaternion normalized
-  double* tq = static_cast<double*>(p[P_TERMS_Q]);
-  double* tv = static_cast<double*>(p[P_TERMS_V]);
+  // ---- state: q = base + joints (the tick normalizes the quaternion)
   const int32_t* jqi = static_cast<const int32_t*>(p[P_JOINT_Q_INDEX]);
   double* node_q = static_cast<double*>(p[P_NODE_Q]);
   double* node_v = static_cast<double*>(p[P_NODE_V]);
   if (nb) {
-    const double* b = rt->qb.data();
-    const double norm = std::sqrt(b[3] * b[3] + b[4] * b[4] + b[5] * b[5] + b[6] * b[6]);
-    if (!(norm >= 1e-9)) return false;
-    for (int i = 0; i < 7; ++i) node_q[i] = b[i];
-    for (int i = 0; i < 3; ++i) tq[i] = b[i];
-    for (int i = 3; i < 7; ++i) tq[i] = b[i] / norm;
-    for (int i = 0; i < 6; ++i) tv[i] = node_v[i] = rt->v[i];
+    for (int i = 0; i < 7; ++i) node_q[i] = rt->qb[i];
+    for (int i = 0; i < 6; ++i) node_v[i] = rt->v[i];
   }
   for (int i = 0; i < na; ++i) {
-    tq[jqi[i]] = node_q[jqi[i]] = rt->jq[i];
-    tv[nb + i] = node_v[nb + i] = rt->jv[i];
+    node_q[jqi[i]] = rt->jq[i];
+    node_v[nb + i] = rt->jv[i];
     static_cast<double*>(p[P_IN_JQ])[i] = rt->jq[i];
     static_cast<double*>(p[P_IN_JV])[i] = rt->jv[i];
   }
-  // ---- Pinocchio pass, kinematic layer, formulation
-  reinterpret_cast<EngineUpdate>(p[P_ENGINE_UPDATE])(p[P_ENGINE]);
-  void** la = p + P_LAYER_ARGS0;
-  reinterpret_cast<LayerFn>(p[P_LAYER_FN])(la[0], la[1], la[2], la[3], la[4], la[5], la[6]);
-  std::memcpy(p[P_F_QDD_DES], p[P_CTRL_QDD_DES], sizeof(double) * nv);
-  std::memset(p[P_FORCES], 0, sizeof(double) * 3 * k);
-  int status;
-  const long version = long(val[V_VERSION]);
-  if (val[V_SOLVER_KIND] == 0.0) {
-    status = reinterpret_cast<QpcFn>(p[P_SOLVER_FN])(p[P_SOLVER_HANDLE], p[P_SOLVER_A0], p[P_SOLVER_A1], version,
-                                                     p[P_SOLVER_A2], p[P_SOLVER_A3], p[P_SOLVER_OUT0],
-                                                     p[P_SOLVER_OUT1], p[P_SOLVER_OUT2], p[P_SOLVER_OUT3]);
-  } else if (val[V_SOLVER_KIND] == 2.0) {  // rnea, fixed base: τ = M q̈ + h
-    const double* M = static_cast<const double*>(p[P_SOLVER_A0]);
-    const double* h = static_cast<const double*>(p[P_SOLVER_A1]);
-    double* qdd = static_cast<double*>(p[P_SOLVER_OUT0]);
-    double* tau_out = static_cast<double*>(p[P_SOLVER_OUT1]);
-    std::memcpy(qdd, p[P_F_QDD_DES], sizeof(double) * nv);
-    for (int i = 0; i < nv; ++i) {
-      double t = h[i];
-      for (int j = 0; j < nv; ++j) t += M[i * nv + j] * qdd[j];
-      tau_out[i] = t;
-    }
-    status = 0;
-  } else {
-    status = reinterpret_cast<WbcFn>(p[P_SOLVER_FN])(p[P_SOLVER_HANDLE], p[P_SOLVER_A0], p[P_SOLVER_A1], version,
-                                                     p[P_SOLVER_A2], p[P_SOLVER_A3], int(val[V_N_TASKS]),
-                                                     p[P_SOLVER_TASKS], p[P_SOLVER_OUT0], p[P_SOLVER_OUT1],
-                                                     p[P_SOLVER_OUT2], p[P_SOLVER_OUT3]);
-  }
-  const double* f_tau = static_cast<const double*>(p[P_F_TAU]);
-  if (status != 0) return false;  // Python's tick solves again and takes its fallback
-  for (int i = 0; i < na; ++i)
-    if (!std::isfinite(f_tau[i])) return false;
-  // ---- Controller._finish: rate limit, effort limits
-  const double* limit = static_cast<const double*>(p[P_TAU_LIMIT]);
-  double* prev = static_cast<double*>(p[P_TAU_PREV]);
+  // ---- the controller tick (gait time: the input's stamp, as the Python tick's)
   double* tau = static_cast<double*>(p[P_NODE_TAU]);
-  const double step = val[V_RATE_STEP];
   int saturated = 0;
-  for (int i = 0; i < na; ++i) {
-    double t = f_tau[i];
-    if (step > 0.0) t = std::min(std::max(t, prev[i] - step), prev[i] + step);
-    if (std::abs(t) > limit[i]) {
-      ++saturated;
-      t = std::min(std::max(t, -limit[i]), limit[i]);
-    }
-    tau[i] = prev[i] = t;
-  }
+  if (reinterpret_cast<TickFn>(p[P_TICK_FN])(p[P_TICK], double(stamp) * 1e-9, node_q, node_v, mask, start_mono, tau,
+                                             &saturated) != 0)
+    return false;  // Python's tick solves again and takes its fallback
   // ---- the command
   const int64_t* cmd_index = static_cast<const int64_t*>(p[P_CMD_INDEX]);
   double* cmd = static_cast<double*>(p[P_CMD_VIEW]);
@@ -287,6 +404,7 @@ bool fast_tick(Rt* rt, int64_t received_ns, int64_t wake_ns, int overwritten) {
   const uint64_t h = rt->head.load(std::memory_order_relaxed);
   if (h - rt->tail.load(std::memory_order_acquire) >= RING) {  // Python is far behind
     rt->counters[3] += 1;
+    publish_monitors(rt, stamp);
     return true;
   }
   double* r = rt->ring[h % RING];
@@ -300,6 +418,7 @@ bool fast_tick(Rt* rt, int64_t received_ns, int64_t wake_ns, int overwritten) {
   r[R_STAMP_NS] = double(stamp);
   r[R_OVERWRITTEN] = overwritten;
   rt->head.store(h + 1, std::memory_order_release);
+  publish_monitors(rt, stamp);
   if (++rt->since_notify >= rt->drain_every) {
     rt->since_notify = 0;
     const uint64_t one = 1;
@@ -359,6 +478,7 @@ void run(Rt* rt) {
     rcutils_reset_error();
     if (!taken) continue;
     std::lock_guard<std::mutex> tick(rt->tick_mutex);
+    take_inputs(rt);  // the state around these joint states
     const int64_t received_ns = info.received_timestamp ? info.received_timestamp : wake_ns;
     if (rt->fast.load(std::memory_order_acquire) && fast_tick(rt, received_ns, wake_ns, taken - 1)) continue;
     rt->counters[1] += 1;
@@ -388,7 +508,6 @@ void* idyn_rt_new(void* sub, void* pub, uint8_t* cmd, size_t cmd_size, SlowFn sl
   rt->cpus.assign(cpus, cpus + n_cpus);
   rt->drain_every = std::max(1, std::min(drain_every, int(RING / 2)));
   rt->contacts.assign(k, 1.0);
-  rt->mask.assign(k, 1);
   rt->v.assign(nv, 0.0);
   rt->qb.assign(7, 0.0);
   rt->jq.assign(na, 0.0);
@@ -432,6 +551,8 @@ void idyn_rt_free(void* h) {
   Rt* rt = static_cast<Rt*>(h);
   idyn_rt_stop(rt);
   rmw_serialized_message_fini(&rt->in);
+  if (rt->odom_in.buffer) rmw_serialized_message_fini(&rt->odom_in);
+  if (rt->contacts_in.buffer) rmw_serialized_message_fini(&rt->contacts_in);
   rcutils_reset_error();
   delete rt;
 }
@@ -444,14 +565,9 @@ void idyn_rt_plan(void* h, const uint64_t* slots, const double* values, const ui
   rt->names.assign(names, names + names_len);
 }
 
-// After each Python tick: whether the fast tick may run, the contact mask it used, the
-// stamp of its input.
-void idyn_rt_sync(void* h, int fast, const uint8_t* mask, int64_t stamp) {
+// After each Python tick: whether the fast tick may run, the stamp of its input.
+void idyn_rt_sync(void* h, int fast, int64_t stamp) {
   Rt* rt = static_cast<Rt*>(h);
-  {
-    std::lock_guard<std::mutex> lock(rt->input_mutex);
-    std::memcpy(rt->mask.data(), mask, rt->mask.size());
-  }
   rt->last_stamp = stamp;  // Python's view: it also accepts a clock reset (a stamp jump back > 1 s)
   rt->fast.store(fast, std::memory_order_release);
 }
@@ -485,6 +601,71 @@ void idyn_rt_set_contacts(void* h, const double* values) {
   std::lock_guard<std::mutex> lock(rt->input_mutex);
   std::memcpy(rt->contacts.data(), values, sizeof(double) * rt->contacts.size());
   rt->t_contacts = now;
+}
+
+// Odometry (nav_msgs/Odometry) and contact estimates (std_msgs/Float64MultiArray) taken by
+// the loop at each joint-state sample (before the loop starts): subscriptions (null: none),
+// twist frame, plausibility limits (3), and the node's buffers its Python ticks read (base
+// q (7), v (6), contact estimates (k)). Returns non-zero when buffers cannot be allocated.
+int idyn_rt_inputs(void* h, void* odom_sub, void* contacts_sub, int twist_in_parent, const double* limits,
+                   double* base_q, double* base_v, double* contacts) {
+  Rt* rt = static_cast<Rt*>(h);
+  rcutils_allocator_t alloc = rcutils_get_default_allocator();
+  for (auto* m : {&rt->odom_in, &rt->contacts_in})
+    if (!m->buffer && rmw_serialized_message_init(m, 4096, &alloc) != RMW_RET_OK) {
+      rcutils_reset_error();
+      return -1;
+    }
+  rt->odom_sub = static_cast<const rcl_subscription_t*>(odom_sub);
+  rt->contacts_sub = static_cast<const rcl_subscription_t*>(contacts_sub);
+  rt->twist_in_parent = twist_in_parent != 0;
+  std::memcpy(rt->base_limits, limits, sizeof rt->base_limits);
+  rt->py_base_q = base_q;
+  rt->py_base_v = base_v;
+  rt->py_contacts = contacts;
+  return 0;
+}
+
+// When the inputs were last taken [s, CLOCK_MONOTONIC; 0: never] and the last odometry
+// stamp [ns]: out = (t_base, t_contacts, odom stamp); the drop counters (6).
+void idyn_rt_input_state(void* h, double* out) {
+  Rt* rt = static_cast<Rt*>(h);
+  std::lock_guard<std::mutex> lock(rt->input_mutex);
+  out[0] = rt->t_base;
+  out[1] = rt->t_contacts;
+  out[2] = double(rt->odom_stamp);
+  for (int i = 0; i < 6; ++i) out[3 + i] = rt->input_drops[i];
+}
+
+// Monitoring from the fast ticks (call while the loop is stopped or from its thread):
+// every `every` ticks (0: none) the n messages (publisher, CDR buffer of `sizes` bytes
+// that the tick patches and publishes, stamp offset or -1, fields [first, first + count))
+// whose fields are (byte offset, address of the double to copy); rotation / forces: the
+// contact frames' orientations (k x 3 x 3) and world forces (k x 3), turned into the
+// contact frames in `local` (k x 3) before the fields are copied.
+void idyn_rt_monitor(void* h, int every, int n, const uint64_t* pubs, const uint64_t* bufs, const uint64_t* sizes,
+                     const int64_t* stamp_at, const int* first, const int* count, int n_fields, const int64_t* field_at,
+                     const uint64_t* field_src, const double* rotation, const double* forces, double* local, int k) {
+  Rt* rt = static_cast<Rt*>(h);
+  rt->monitors.clear();
+  rcutils_allocator_t alloc = rcutils_get_default_allocator();
+  for (int i = 0; i < n; ++i) {
+    Rt::Message m{reinterpret_cast<const rcl_publisher_t*>(pubs[i]), rmw_get_zero_initialized_serialized_message(),
+                  stamp_at[i], first[i], count[i]};
+    m.cdr.buffer = reinterpret_cast<uint8_t*>(bufs[i]);
+    m.cdr.buffer_length = m.cdr.buffer_capacity = sizes[i];
+    m.cdr.allocator = alloc;
+    rt->monitors.push_back(m);
+  }
+  rt->field_at.assign(field_at, field_at + n_fields);
+  rt->field_src.clear();
+  for (int j = 0; j < n_fields; ++j) rt->field_src.push_back(reinterpret_cast<const double*>(field_src[j]));
+  rt->rotation = rotation;
+  rt->forces = forces;
+  rt->wrench_local = local;
+  rt->monitor_k = k;
+  rt->monitor_every = every;
+  rt->monitor_countdown = 1;
 }
 
 // CLOCK_MONOTONIC start of the last fast tick [s] (0: none yet): the watchdog's "input alive".

@@ -1,12 +1,16 @@
 """The controller node's compiled input → command path (``rt.cpp``), for ``loop_mode: native``.
 
 A C++ thread of its own is woken by the middleware for each /joint_states sample and runs
-the routine tick without Python: read the CDR bytes, Pinocchio pass, kinematic layer,
-compiled formulation, clamps, command published with ``rcl_publish_serialized_message``.
+the routine tick without Python: read the CDR bytes (and the odometry and contact estimates
+that came before them, :meth:`RtLoop.inputs`), the compiled controller tick
+(:mod:`idyn_control.native.tick`: the gait node's gait, contact switches with their ramps,
+Pinocchio pass, kinematic layer, compiled formulation, clamps), command published with
+``rcl_publish_serialized_message``, then the monitoring messages (:meth:`RtLoop.monitor`).
 Anything that is not routine is handed to the node's Python tick with the same bytes, on
-the same thread (one tick at a time): the first tick after activation, a contact switch,
-new references, gains or options, a stale input, a joint-name layout or a stamp the fast
-path has not seen accepted, a failed or non-finite solve. After each Python tick the node
+the same thread (one tick at a time): the first tick after activation, new references,
+gains or options, a stale input, a joint-name layout or a stamp the fast path has not seen
+accepted, a failed or non-finite solve (the compiled tick then takes back what it changed).
+After each Python tick the node
 declares whether the next ticks are routine (:meth:`RtLoop.sync`) and the plan they follow
 (:meth:`RtLoop.plan`: the addresses of the very buffers and compiled calls its own tick
 used). Bookkeeping (statistics, counters, monitoring) is left to a Python thread that reads
@@ -30,20 +34,19 @@ import numpy as np
 from . import NativeUnavailable, _addr, _not_built_reason, load
 
 #: rt.cpp PlanSlot, in order
-PLAN_SLOTS = ("engine_update", "engine", "layer_fn", *(f"layer_arg{i}" for i in range(7)), "solver_fn",
-              "solver_handle", "solver_a0", "solver_a1", "solver_a2", "solver_a3", "solver_tasks",
-              "solver_out0", "solver_out1", "solver_out2", "solver_out3", "terms_q", "terms_v", "joint_q_index",
-              "ctrl_qdd_des", "f_qdd_des", "forces", "f_tau", "tau_limit", "tau_prev", "node_tau", "node_q",
-              "node_v", "in_jq", "in_jv", "cmd_index", "cmd_view", "names_index", "state_bounds")
+PLAN_SLOTS = ("tick_fn", "tick", "joint_q_index", "node_tau", "node_q", "node_v", "node_mask", "in_jq", "in_jv",
+              "cmd_index", "cmd_view", "names_index", "state_bounds")
 #: rt.cpp PlanValue, in order
-PLAN_VALUES = ("nv", "nb", "na", "k", "solver_kind", "version", "n_tasks", "rate_step", "n_cmd", "names_at",
-               "names_len", "n_names", "unknown", "timeout", "threshold")
+PLAN_VALUES = ("nv", "nb", "na", "k", "n_cmd", "names_at", "names_len", "n_names", "unknown", "timeout", "threshold")
 #: rt.cpp Record, in order (one row per fast tick)
 RECORD = ("received_ns", "wake_ns", "start_ns", "published_ns", "start_mono", "published_mono", "saturated",
           "stamp_ns", "overwritten")
 RING = 1024
 #: rt.cpp counters
 COUNTERS = ("compiled_ticks", "python_ticks", "unknown_joint", "dropped_records")
+#: rt.cpp input_drops: the odometry and contact estimates the loop takes and drops
+INPUT_DROPS = (("odom", "nonfinite"), ("odom", "implausible"), ("odom", "bad_quaternion"), ("odom", "out_of_order"),
+               ("contact_states", "wrong_size"), ("contact_states", "nonfinite"))
 
 _rt: ModuleType | None = None
 
@@ -71,10 +74,6 @@ def load_rt() -> ModuleType:
     return module
 
 
-def _fn(name: str) -> int:
-    return load().symbols[name]
-
-
 class RtLoop:
     """The C++ loop thread of one node: started by :meth:`start`, stopped and freed by :meth:`close`.
 
@@ -97,7 +96,7 @@ class RtLoop:
         self.counters = self.handle.counters
         self._slots = np.zeros(len(PLAN_SLOTS), dtype=np.uint64)
         self._values = np.zeros(len(PLAN_VALUES))
-        self._mask = np.zeros(max(1, k), dtype=np.uint8)
+        self._input_state = np.zeros(3 + len(INPUT_DROPS))
 
     def start(self) -> None:
         if self.handle.start() != 0:
@@ -153,10 +152,43 @@ class RtLoop:
             self._values[i] = values[name]
         self.handle.plan(self._slots, self._values, bytes(names))
 
-    def sync(self, fast: bool, mask: np.ndarray, stamp_ns: int) -> None:
-        """After a Python tick: may the next ticks run compiled, with the mask and stamp it used."""
-        self._mask[:mask.size] = mask
-        self.handle.sync(bool(fast), self._mask, int(stamp_ns))
+    def monitor(self, every: int, messages, rotation: np.ndarray, forces: np.ndarray, local: np.ndarray) -> None:
+        """Publish monitoring from the fast ticks, every ``every`` of them (0: none).
+
+        ``messages``: (publisher pointer, CDR bytearray, stamp offset or -1, [(byte offset,
+        address of a double), ...]) each; the tick writes its input's stamp and copies the
+        doubles into the bytes, then publishes them. ``local`` (k, 3) receives the forces
+        ``forces`` (k, 3, world) in the contact frames ``rotation`` (k, 3, 3) first, for
+        fields that read it. Call from the loop thread (a Python tick) or stopped.
+        """
+        fields = [f for _, _, _, fs in messages for f in fs]
+        counts = [len(m[3]) for m in messages]
+        self.handle.monitor(int(every), [m[0] for m in messages], [m[1] for m in messages],
+                            np.array([m[2] for m in messages], dtype=np.int64),
+                            np.cumsum([0] + counts[:-1]).astype(np.int32), np.array(counts, dtype=np.int32),
+                            np.array([f[0] for f in fields], dtype=np.int64),
+                            np.array([f[1] for f in fields], dtype=np.uint64), rotation, forces, local)
+
+    def inputs(self, odom_pointer: int, contacts_pointer: int, twist_in_parent: bool, limits: np.ndarray,
+               base_q: np.ndarray, base_v: np.ndarray, contacts: np.ndarray) -> None:
+        """The loop takes odometry and contact estimates itself from these rcl subscriptions
+        (0: none), checked as conversions.OdometryReader and the node do (``limits``: |position|,
+        |linear|, |angular| plausible), into ``base_q``, ``base_v``, ``contacts`` (the node's
+        buffers): a tick uses the samples that arrived before its joint states. Call before
+        :meth:`start`."""
+        if self.handle.inputs(odom_pointer, contacts_pointer, bool(twist_in_parent), limits, base_q, base_v,
+                              contacts) != 0:
+            raise NativeUnavailable("the compiled loop could not allocate its input buffers")
+
+    def input_state(self) -> np.ndarray:
+        """(time of the last odometry, of the last contact estimates [s, monotonic; 0: none],
+        the last odometry stamp [ns], then the drop counts of :data:`INPUT_DROPS`)."""
+        self.handle.input_state(self._input_state)
+        return self._input_state
+
+    def sync(self, fast: bool, stamp_ns: int) -> None:
+        """After a Python tick: may the next ticks run compiled, with the stamp it used."""
+        self.handle.sync(bool(fast), int(stamp_ns))
 
     def set_fast(self, fast: bool) -> None:
         """From any thread: False hands the next tick to Python (a new reference, gain, state...)."""
@@ -193,61 +225,53 @@ class RtLoop:
         self.handle.unlock()
 
 
-def plan_for(node) -> tuple[dict[str, int], dict[str, float], bytes] | None:
-    """The fast tick's plan for ``node``'s current controller and inputs, or None when its
-    tick cannot run compiled (formulation or kinematic layer in Python, name layout unknown)."""
-    from .. import native
+def plan_for(node, gait=None) -> tuple[dict[str, int], dict[str, float], bytes] | None:
+    """The fast tick's plan for ``node``'s current controller (with ``gait``, its compiled
+    gait, if any) and inputs, or None when its tick cannot run compiled (formulation or
+    kinematic layer in Python, name layout unknown)."""
+    from .tick import function_address
 
-    ctrl = node.ctrl
-    f = ctrl.formulation
-    solver = getattr(f, "_native", None)
-    layer = ctrl._native_layer
     reader = node._js
-    if f._engine is None or solver is None or layer is None or not layer.valid():
+    if reader._index is None or reader._names_at < 0:
         return None
-    if reader._index is None or reader._names_at < 0 or ctrl.qdd_des is not layer.qdd:
+    tick = prepare(node, gait)
+    if tick is None:
         return None
-    if isinstance(solver, native.QpContact):
-        if f.options.get("stage1_solver", "qp") != "qp":
-            return None
-        kind, tasks, n_tasks = 0, 0, 0
-    elif isinstance(solver, native.Wbc):
-        kind, n_tasks = 1, len(f._task_list)
-        tasks = solver._tasks_addr or 0
-    elif isinstance(solver, native.Rnea):
-        kind, tasks, n_tasks = 2, 0, 0
-    else:
-        return None
-    m, cs = node.model, f.contacts
-    if kind == 2:  # τ = M q̈ + h: M, h in, q̈ and τ out
-        a = (_addr(f.terms.M), _addr(f.terms.h), 0)
-        out = (_addr(f.qdd), _addr(f.tau), 0, 0)
-    else:
-        a, out = solver._addrs, solver._out
+    tick.plan()
+    m = node.model
     slots = {
-        "engine_update": _fn("idyn_engine_update"), "engine": f._engine.handle,
-        "layer_fn": _fn("idyn_kinematic_layer"),
-        **{f"layer_arg{i}": int(x) for i, x in enumerate(layer._args)},
-        "solver_fn": _fn(("idyn_qpc_solve", "idyn_wbc_solve", "idyn_engine_update")[kind]),
-        "solver_handle": solver.handle,
-        "solver_a0": a[0], "solver_a1": a[1], "solver_a2": a[2], "solver_a3": solver._tau_max.address() if kind != 2 else 0,
-        "solver_tasks": tasks, "solver_out0": out[0], "solver_out1": out[1], "solver_out2": out[2],
-        "solver_out3": out[3],
-        "terms_q": _addr(f.terms.q), "terms_v": _addr(f.terms.v), "joint_q_index": _addr(layer.joint_q_index),
-        "ctrl_qdd_des": _addr(ctrl.qdd_des), "f_qdd_des": _addr(f.qdd_des), "forces": _addr(f.forces),
-        "f_tau": _addr(f.tau), "tau_limit": _addr(ctrl.tau_limit), "tau_prev": _addr(ctrl._tau_prev),
+        "tick_fn": function_address(), "tick": tick.handle, "joint_q_index": _addr(tick.layer.joint_q_index),
         "node_tau": _addr(node._tau), "node_q": _addr(node._q), "node_v": _addr(node._v),
-        "in_jq": _addr(node._in_jq), "in_jv": _addr(node._in_jv), "cmd_index": _addr(node._cmd_index),
-        "cmd_view": _addr(node._cmd_view), "names_index": _addr(reader._index),
+        "node_mask": _addr(node._mask), "in_jq": _addr(node._in_jq), "in_jv": _addr(node._in_jv),
+        "cmd_index": _addr(node._cmd_index), "cmd_view": _addr(node._cmd_view), "names_index": _addr(reader._index),
         "state_bounds": _addr(reader.bounds),
     }
-    c = ctrl.config
     values = {
-        "nv": m.nv, "nb": m.n_base, "na": m.na, "k": cs.size, "solver_kind": kind,
-        "version": cs.version, "n_tasks": n_tasks,
-        "rate_step": c.torque_rate_limit * c.dt if c.torque_rate_limit > 0.0 else 0.0,
+        "nv": m.nv, "nb": m.n_base, "na": m.na, "k": len(m.contacts),
         "n_cmd": node._cmd_view.size, "names_at": reader._names_at, "names_len": len(reader._names_cdr),
         "n_names": len(reader._names), "unknown": float(bool(reader.unknown)),
         "timeout": node._node_params["watchdog_timeout"], "threshold": node._node_params["contacts.threshold"],
     }
     return slots, values, reader._names_cdr
+
+
+def prepare(node, gait=None):
+    """The compiled tick of ``node``'s controller (and ``gait``), kept as ``node._rt_tick``;
+    None when it cannot run compiled."""
+    from .tick import Tick
+
+    tick = getattr(node, "_rt_tick", None)
+    if tick is None or not tick.serves(node.ctrl, gait):
+        try:
+            tick = Tick(node.ctrl, gait)
+        except NativeUnavailable:
+            tick = None
+        node._rt_tick = tick
+    return tick
+
+
+def hand_over(node) -> None:
+    """Before a Python tick of ``node``: take over the contact set as its compiled ticks left it."""
+    tick = getattr(node, "_rt_tick", None)
+    if tick is not None:
+        tick.hand_over()

@@ -37,6 +37,7 @@ struct Loop {
   py::object slow;       // slow(data: bytes, received_ns, wake_ns): the node's Python tick
   py::bytearray command;  // the command's CDR bytes, published in place
   int k, na, nv;
+  py::list monitoring, inputs;  // what the loop keeps pointers into (monitor, inputs)
 
   Loop(std::uintptr_t subscription, std::uintptr_t publisher, py::bytearray command_cdr, py::function slow_tick,
        int notify_fd, int priority, const std::vector<int>& cpus, int drain_every, int k_, int na_, int nv_)
@@ -106,9 +107,59 @@ PYBIND11_MODULE(_rt, m) {
                           input<double>(values, "values", IDYN_RT_PLAN_VALUES),
                           reinterpret_cast<const std::uint8_t*>(n.data()), n.size());
            })
-      .def("sync",
-           [](Loop& l, bool fast, const py::array& mask, std::int64_t stamp_ns) {
-             idyn_rt_sync(l.h(), fast, input<std::uint8_t>(mask, "mask", l.k), stamp_ns);
+      .def("sync", [](Loop& l, bool fast, std::int64_t stamp_ns) { idyn_rt_sync(l.h(), fast, stamp_ns); })
+      .def("monitor",
+           [](Loop& l, int every, const std::vector<std::uintptr_t>& pubs, const py::list& bufs,
+              const py::array& stamp_at, const py::array& first, const py::array& count, const py::array& field_at,
+              const py::array& field_src, const py::array& rotation, const py::array& forces, py::array local) {
+             const auto n = py::ssize_t(pubs.size());
+             if (py::len(bufs) != size_t(n)) throw py::value_error("one CDR buffer per publisher");
+             std::vector<std::uint64_t> buf_addr, sizes;
+             for (const auto& b : bufs) {
+               if (!PyByteArray_Check(b.ptr())) throw py::type_error("CDR buffers: bytearray");
+               buf_addr.push_back(reinterpret_cast<std::uint64_t>(PyByteArray_AsString(b.ptr())));
+               sizes.push_back(std::uint64_t(PyByteArray_Size(b.ptr())));
+             }
+             const auto n_fields = field_at.size();
+             const auto* counts = input<int>(count, "count", n);
+             py::ssize_t total = 0;
+             for (py::ssize_t i = 0; i < n; ++i) total += counts[i];
+             if (total != n_fields) throw py::value_error("counts do not add up to the fields");
+             if (!(local.flags() & py::array::c_style) || !local.writeable()) throw py::value_error("local: writable");
+             std::vector<std::uint64_t> pub_addr(pubs.begin(), pubs.end());
+             l.monitoring = py::list();
+             for (const py::handle& o : {py::handle(bufs), py::handle(stamp_at), py::handle(first), py::handle(count),
+                                         py::handle(field_at), py::handle(field_src), py::handle(rotation),
+                                         py::handle(forces), py::handle(local)})
+               l.monitoring.append(o);
+             idyn_rt_monitor(l.h(), every, int(n), pub_addr.data(), buf_addr.data(), sizes.data(),
+                             input<std::int64_t>(stamp_at, "stamp_at", n), input<int>(first, "first", n), counts,
+                             int(n_fields), input<std::int64_t>(field_at, "field_at", n_fields),
+                             input<std::uint64_t>(field_src, "field_src", n_fields),
+                             input<double>(rotation, "rotation", 9 * l.k), input<double>(forces, "forces", 3 * l.k),
+                             static_cast<double*>(local.mutable_data()), l.k);
+           })
+      .def("inputs",
+           [](Loop& l, std::uintptr_t odom, std::uintptr_t contacts, bool twist_in_parent, const py::array& limits,
+              py::array base_q, py::array base_v, py::array values) {
+             for (const py::array* a : {&base_q, &base_v, &values})
+               if (!(a->flags() & py::array::c_style) || !a->writeable()) throw py::value_error("inputs: writable arrays");
+             input<double>(base_q, "base_q", 7);
+             input<double>(base_v, "base_v", 6);
+             input<double>(values, "contacts", l.k);
+             l.inputs = py::list();
+             for (const py::handle& o : {py::handle(limits), py::handle(base_q), py::handle(base_v), py::handle(values)})
+               l.inputs.append(o);
+             return idyn_rt_inputs(l.h(), reinterpret_cast<void*>(odom), reinterpret_cast<void*>(contacts),
+                                   twist_in_parent, input<double>(limits, "limits", 3),
+                                   static_cast<double*>(base_q.mutable_data()), static_cast<double*>(base_v.mutable_data()),
+                                   static_cast<double*>(values.mutable_data()));
+           })
+      .def("input_state",
+           [](Loop& l, py::array out) {
+             input<double>(out, "out", IDYN_RT_INPUT_STATE);
+             if (!out.writeable()) throw py::value_error("out: writable");
+             idyn_rt_input_state(l.h(), static_cast<double*>(out.mutable_data()));
            })
       .def("set_fast", [](Loop& l, bool fast) { if (l.handle) idyn_rt_set_fast(l.handle, fast); })
       .def("set_spin", [](Loop& l, double seconds, double period) { idyn_rt_set_spin(l.h(), seconds, period); })

@@ -62,6 +62,7 @@ struct Qp {
   pq::dense::QP<double>* qp_ = nullptr;
   int iterations = 0;
   double solve_time = 0.0;
+  bool stale_z = false;  // a row's bounds moved since the last solve (set_row_bounds)
 
   Qp(int n_, int n_eq_, int n_in_, bool warm, double eps_abs_, int max_iter_,
      double infeasibility_tolerance_ = PROXQP_INFEASIBILITY_TOLERANCE)
@@ -90,9 +91,22 @@ struct Qp {
     initialized = false;
   }
 
+  // QpSolver.set_row_bounds: a row whose bounds move loses its multiplier from the warm
+  // start (ProxQP stops on residuals, not complementarity)
+  void set_row_bounds(int row, double lower, double upper) {
+    if (l[row] != lower || u[row] != upper) {
+      l[row] = lower;
+      u[row] = upper;
+      z[row] = 0.0;
+      stale_z = true;
+    }
+  }
+
   int attempt(const VectorXd* x0) {
     using proxsuite::nullopt;
     auto& qp = *qp_;
+    if (!x0 && stale_z && warm_start && initialized) x0 = &x;  // the previous result, minus those multipliers
+    stale_z = false;
     qp.settings.eps_primal_inf = infeasibility_tolerance;  // may change between solves
     qp.settings.eps_dual_inf = infeasibility_tolerance;
     if (!initialized) {
@@ -173,6 +187,29 @@ void fill_friction_rows(Block C, Eigen::Ref<VectorXd> lo, Eigen::Ref<VectorXd> h
   }
 }
 
+// ContactSet.max_normal_force (ContactTransitions: a making or breaking contact's ramp) as
+// the upper side of each active contact's unilateral row, −n·f ≥ −bound, scaled by `scale`
+// (1 / mass for forces per unit mass); with infinite friction (`tangential`) the
+// tangential force of a ramping contact is bounded alike in the two free rows, |t·f| ≤
+// bound. Forces are qp's variables from column `col`. (qp_contact._bound_normal_forces, wbc_qp.py)
+void bound_contact_forces(Qp& qp, int col, const double* bound, const double* basis, const std::uint8_t* active,
+                          int k, double scale, bool tangential) {
+  for (int i = 0; i < k; ++i) {
+    if (!active[i]) continue;
+    const int r = PYRAMID_ROWS * i;
+    const bool ramp = bound[i] < INF;
+    qp.set_row_bounds(r + 4, ramp ? -bound[i] * scale : -INF, qp.u[r + 4]);
+    if (!tangential) continue;
+    for (int j = 0; j < 2; ++j) {  // rows r, r + 1 are free for μ = ∞
+      if (ramp)
+        qp.C.block(r + j, col + 3 * i, 1, 3) = Eigen::Map<const Eigen::RowVector3d>(basis + 9 * i + 3 * j);
+      else
+        qp.C.block(r + j, col + 3 * i, 1, 3).setZero();
+      qp.set_row_bounds(r + j, ramp ? -bound[i] * scale : -INF, ramp ? bound[i] * scale : INF);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------- wbc_qp
 struct Wbc {
   Engine* engine;
@@ -180,6 +217,8 @@ struct Wbc {
   Qp qp;
   Qp elastic;  // the last resort: contact rows as penalties, base rows kept (wbc_qp.py)
   const double* friction_rows;  // ContactSet.friction_rows (k x 5 x 3)
+  const double* max_normal_force;  // ContactSet.max_normal_force (k)
+  const std::uint8_t* released;    // ContactSet.released (k)
   long version = -1;
   long torque_limits_dropped = 0;  // ticks solved without the torque limits
   long contacts_elastic = 0;       // ticks solved with elastic contact rows
@@ -192,12 +231,12 @@ struct Wbc {
   Eigen::LLT<MatrixXd> base_llt;  // of the base block of M
   Eigen::Vector3d position, velocity, drift, a;
 
-  Wbc(Engine* e, const double* rows, bool warm, double eps_abs)
+  Wbc(Engine* e, const double* rows, const double* bound, const std::uint8_t* released_, bool warm, double eps_abs)
       : engine(e), d(engine_dims(*e)),
         qp(d.nv + 3 * d.k, d.nb + 3 * d.k, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100,
            STRICT_INFEASIBILITY_TOLERANCE),
         elastic(d.nv + 3 * d.k, d.nb, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100, STRICT_INFEASIBILITY_TOLERANCE),
-        friction_rows(rows), eps_abs(eps_abs), Jt(3, d.nv), left(VectorXd::Zero(3 * d.k)), qr(3 * d.k, d.nv),
+        friction_rows(rows), max_normal_force(bound), released(released_), eps_abs(eps_abs), Jt(3, d.nv), left(VectorXd::Zero(3 * d.k)), qr(3 * d.k, d.nv),
         gen(VectorXd::Zero(d.nv)), base_llt(d.nb) {}
 
   // WbcQp._contact_rows_least_squares: rank of the contact rows J q̈ = b (QR with column
@@ -283,7 +322,7 @@ int wbc_solve(Wbc& w, const double* qdd_des_p, const std::uint8_t* active, long 
     qp.b.head(nb) = -inv_m * t.h.head(nb);
   }
   for (int i = 0; i < k; ++i) {
-    if (active[i]) {
+    if (active[i] && !w.released[i]) {  // a released contact keeps its bounded force, not its point
       qp.A.block(nb + 3 * i, 0, 3, nv) = t.J.middleRows<3>(3 * i);
       qp.b.segment<3>(nb + 3 * i) = -t.drift.row(i).transpose();
       if (contact_gain != 0.0) qp.b.segment<3>(nb + 3 * i).noalias() -= contact_gain * (t.J.middleRows<3>(3 * i) * t.v);
@@ -300,6 +339,7 @@ int wbc_solve(Wbc& w, const double* qdd_des_p, const std::uint8_t* active, long 
                        false);
     w.version = version;
   }
+  bound_contact_forces(qp, nv, w.max_normal_force, nullptr, active, k, inv_m, false);
   qp.C.block(n_fr, 0, na, nv) = inv_m * t.M.bottomRows(na);
   qp.C.block(n_fr, nv, na, n) = -t.J.rightCols(na).transpose();
   qp.l.segment(n_fr, na) = inv_m * (-tau_max - t.h.tail(na));
@@ -396,6 +436,7 @@ struct Qpc {
   const double* friction_rows;  // ContactSet.friction_rows (k x 5 x 3)
   const double* basis;          // ContactSet.basis (k x 3 x 3), rows t1, t2, n
   const double* phi;            // ContactSet.phi (k)
+  const double* max_normal_force;  // ContactSet.max_normal_force (k)
   long version = -1;
   bool stage2_ok = false, stage2_limited = true;
   long fast_path_ticks = 0, stage2_failures = 0, non_penetration_dropped = 0, stage1_rescued = 0;
@@ -413,14 +454,14 @@ struct Qpc {
   VectorXd f_ls, wrench_residual;
 
   Qpc(Engine* e, double dt_, bool unilateral, bool warm, double eps_abs, const double* rows, const double* basis_,
-      const double* phi_)
+      const double* phi_, const double* bound)
       : engine(e), d(engine_dims(*e)), dt(dt_), unilateral_only(unilateral),
         stage1(3 * d.k, 0, (PYRAMID_ROWS + 1) * d.k, warm, eps_abs, 100),
         stage2(3 * d.k, d.nb, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100),
         stage1_unit(3 * d.k, 0, (PYRAMID_ROWS + 1) * d.k, warm, eps_abs, RESCUE_MAX_ITER,
                     STRICT_INFEASIBILITY_TOLERANCE),
         friction_rows(rows), basis(basis_),
-        phi(phi_), f(VectorXd::Zero(3 * d.k)), f_unit(VectorXd::Zero(3 * d.k)), qdd(VectorXd::Zero(d.nv)), qdd_b(d.nb), vq_plus(d.na), p(d.nb), wv(d.nb),
+        phi(phi_), max_normal_force(bound), f(VectorXd::Zero(3 * d.k)), f_unit(VectorXd::Zero(3 * d.k)), qdd(VectorXd::Zero(d.nv)), qdd_b(d.nb), vq_plus(d.na), p(d.nb), wv(d.nb),
         tau0(d.na), tau1(d.na), v_plus(d.nv), gap(d.k), base_wrench(d.nb), rhs_h(d.nb), Z(d.nb, 3 * d.k),
         N(d.k, d.nv), rhs_b(d.nb, 1), A_chol(d.nb) {
     vb_star.resize(d.nb);
@@ -539,6 +580,9 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
     }
     c.version = version;
   }
+  const double scale2 = nb ? 1.0 / t.M(0, 0) : 1.0;  // Stage II: forces per unit mass
+  bound_contact_forces(c.stage1, 0, c.max_normal_force, c.basis, active, k, 1.0, c.unilateral_only);
+  bound_contact_forces(c.stage2, 0, c.max_normal_force, c.basis, active, k, scale2, c.unilateral_only);
   bool done = false;
   if (nb && n_active) {
     const auto Jb = t.J.leftCols(nb);
@@ -651,6 +695,10 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
           r.C = s1.C;
           r.l = s1.l;
           r.u = s1.u;
+          for (Eigen::Index i = 0; i < r.l.size(); ++i) {  // finite bounds (ramping forces) per unit mass
+            if (std::abs(r.l[i]) < INF) r.l[i] /= mass;
+            if (std::abs(r.u[i]) < INF) r.u[i] /= mass;
+          }
           relaxed = r.solve();
           c.add_effort(r);
           c.f = mass * r.x;
@@ -715,9 +763,11 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
 
 extern "C" {
 
-void* idyn_wbc_new(void* engine, const double* friction_rows, int warm_start, double eps_abs) {
+void* idyn_wbc_new(void* engine, const double* friction_rows, const double* max_normal_force,
+                   const std::uint8_t* released, int warm_start, double eps_abs) {
   try {
-    return new idyn::Wbc(static_cast<idyn::Engine*>(engine), friction_rows, warm_start != 0, eps_abs);
+    return new idyn::Wbc(static_cast<idyn::Engine*>(engine), friction_rows, max_normal_force, released,
+                         warm_start != 0, eps_abs);
   } catch (...) {
     return nullptr;
   }
@@ -744,10 +794,10 @@ long idyn_wbc_torque_limits_dropped(void* w) { return static_cast<idyn::Wbc*>(w)
 long idyn_wbc_contacts_elastic(void* w) { return static_cast<idyn::Wbc*>(w)->contacts_elastic; }
 
 void* idyn_qpc_new(void* engine, double dt, int unilateral_only, int warm_start, double eps_abs,
-                   const double* friction_rows, const double* basis, const double* phi) {
+                   const double* friction_rows, const double* basis, const double* phi, const double* max_normal_force) {
   try {
     return new idyn::Qpc(static_cast<idyn::Engine*>(engine), dt, unilateral_only != 0, warm_start != 0, eps_abs,
-                         friction_rows, basis, phi);
+                         friction_rows, basis, phi, max_normal_force);
   } catch (...) {
     return nullptr;
   }

@@ -23,17 +23,20 @@ Loop designs (``loop_mode``; measured by ``bench/ros_loop.py``):
 - ``native`` (default): ``triggered`` (below) with the routine tick compiled. A C++ thread
   of its own (:mod:`idyn_control.native.rt`, SCHED_FIFO ``loop_priority``) is woken by the
   middleware for each /joint_states sample on a subscription the executor does not serve,
-  and runs the tick without Python or the GIL: CDR bytes → Pinocchio → kinematic layer →
-  compiled formulation (wbc_qp, qp_coulomb, qp_noslip; rnea on a fixed base) → clamps →
-  command published through rcl. Whatever is not routine is handed to the Python tick on
-  that thread with the same bytes (the first tick after activation, a contact switch, a new
-  reference, gain or option, stale inputs, a joint-name layout not seen before, a stamp out
-  of order, a failed or non-finite solve, a formulation that only runs in Python), and after
-  each Python tick the node tells the loop whether the next ticks are routine again. A
-  bookkeeping thread reads the compiled ticks' records (statistics, counters) and publishes
-  the monitoring topics, so the loop never waits for Python in a routine tick (~/state then
-  carries the latest tick, read while the loop may write the next). Odometry and contact
-  estimates still arrive through the executor and are copied to the loop. Without the
+  and runs the tick without Python or the GIL: CDR bytes → the compiled controller tick
+  (:mod:`idyn_control.native.tick`: the gait node's compiled gait, the contacts held — switches,
+  make/break ramps included —, Pinocchio, kinematic layer, compiled formulation (wbc_qp,
+  qp_coulomb, qp_noslip; rnea on a fixed base), clamps) → command published through rcl,
+  then the monitoring topics (~/state, predicted contact wrenches, the gait's ~/reference)
+  at ``monitor_rate_hz``, published from the same thread. Whatever is not routine is handed
+  to the Python tick on that thread with the same bytes (the first tick after activation, a
+  new reference, gain or option, a running joint trajectory, stale inputs, a joint-name
+  layout not seen before, a stamp out of order, a failed or non-finite solve, a formulation
+  that only runs in Python), and after each Python tick the node tells the loop whether the
+  next ticks are routine again. A bookkeeping thread reads the compiled ticks' records
+  (statistics, counters) and publishes /diagnostics, so the loop never waits for Python in a
+  routine tick. Odometry, contact estimates and /cmd_vel still arrive through the executor
+  and are copied to the loop (data writes, no Python tick). Without the
   compiled loop (not built, no ROS 2 headers) the node runs ``triggered`` with a warning.
 - ``triggered``: one tick per /joint_states message, run in its callback as soon
   as it arrives (the hardware or simulator clock drives the loop, like ros2_control's
@@ -117,6 +120,7 @@ import gc
 import inspect
 import math
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -133,6 +137,7 @@ from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import serialize_message
+from rclpy.type_support import check_for_type_support
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 from trajectory_msgs.msg import JointTrajectory
@@ -141,8 +146,8 @@ from .. import config, formulations
 from ..controller import Controller, ControllerConfig
 from ..errors import ConfigError, IdynError
 from . import parameters, signals
-from .conversions import (BASE_ANGULAR_MAX, BASE_LINEAR_MAX, JointStateReader, JointTrajectoryReference,
-                          OdometryReader, as_array, quaternion_to_matrix, stamp_ns)
+from .conversions import (BASE_ANGULAR_MAX, BASE_LINEAR_MAX, BASE_POSITION_MAX, JointStateReader, JointTrajectoryReference,
+                          OdometryReader, as_array, cdr_template, quaternion_to_matrix, stamp_ns)
 from .loop_stats import LoopStats
 
 STATE_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT,
@@ -159,6 +164,10 @@ LOG_THROTTLE_S = 2.0
 WATCHDOG_TIMER_S = 0.005      # triggered mode: how often staleness is checked without input
 RT_DRAIN_EVERY = 10           # native mode: bookkeeping of the compiled loop's ticks, in batches of this many
 RT_DRAIN_WAIT_S = 0.02        # ... or at least this often
+# native mode: a Python tick on the loop's thread gives the GIL up in every compiled call and
+# waits for it back; with the interpreter's 5 ms switch interval another thread could keep
+# it that long (the activation tick took 4-5 ms in the demo)
+RT_GIL_SWITCH_INTERVAL_S = 2e-4
 PR_SET_TIMERSLACK = 29
 MCL_CURRENT, MCL_FUTURE = 1, 2  # mlockall flags (Linux)
 CLOCK_RESET_NS = 1_000_000_000  # a stamp jump back larger than this is a clock reset
@@ -231,10 +240,14 @@ class ControllerNode(LifecycleNode):
         self._watchdog_timer = None
         self._rt = None        # native.rt.RtLoop while loop_mode native runs
         self._rt_sub = None    # its /joint_states subscription (not the executor's)
+        self._rt_odom_sub = self._rt_contacts_sub = None  # and its odometry and contact estimates
+        self._rt_input_drops = np.zeros(6)  # the loop's input drop counts, as last booked
         self._rt_interrupts = 0
         self._book_lock = threading.Lock()  # native mode: bookkeeping thread vs Python ticks
         self._book_thread: threading.Thread | None = None
         self._rt_unknown = 0
+        self._rt_tick = None  # native.tick.Tick of the compiled loop (rt.plan_for)
+        self._rt_monitor_key = None  # (compiled tick, decimation) the compiled loop's monitoring was set for
         self._last_fast = False
         self._ticks_seen = 0
         self._next_deadline = 0.0
@@ -444,16 +457,26 @@ class ControllerNode(LifecycleNode):
         if self.loop_mode == "native" and not self._native_loop_available():
             self.loop_mode = "triggered"
         if self.loop_mode == "native":  # served by the compiled loop's thread, not the executor
+            qos = STATE_QOS.get_c_qos_profile()
+            for msg_type in (JointState, Odometry, Float64MultiArray):
+                check_for_type_support(msg_type)  # what create_subscription does first
             with self.handle:
-                self._rt_sub = _rclpy.Subscription(self.handle, JointState, "/joint_states",
-                                                   STATE_QOS.get_c_qos_profile(), None)
+                self._rt_sub = _rclpy.Subscription(self.handle, JointState, "/joint_states", qos, None)
+                # the state around each joint state too: through the executor a tick could use
+                # odometry and contacts ticks older than its joint states while the robot moves
+                if model.floating_base:
+                    self._rt_odom_sub = _rclpy.Subscription(self.handle, Odometry, "/odom", qos, None)
+                if k:
+                    self._rt_contacts_sub = _rclpy.Subscription(self.handle, Float64MultiArray, "~/contact_states",
+                                                                qos, None)
         else:
             self._add(self.create_subscription(JointState, "/joint_states", with_message_info(self._on_joint_states),
                                                STATE_QOS, raw=True))  # CDR bytes: see JointStateReader
-        if model.floating_base:
-            self._add(self.create_subscription(Odometry, "/odom", self._on_odom, STATE_QOS))
-        if k:
-            self._add(self.create_subscription(Float64MultiArray, "~/contact_states", self._on_contacts, STATE_QOS))
+            if model.floating_base:
+                self._add(self.create_subscription(Odometry, "/odom", self._on_odom, STATE_QOS))
+            if k:
+                self._add(self.create_subscription(Float64MultiArray, "~/contact_states", self._on_contacts,
+                                                   STATE_QOS))
         self._add(self.create_subscription(JointTrajectory, "~/joint_reference", self._on_joint_reference,
                                            REFERENCE_QOS))
         if model.floating_base:
@@ -522,9 +545,11 @@ class ControllerNode(LifecycleNode):
         return entity
 
     def _release(self) -> None:
-        if self._rt_sub is not None:
-            self._rt_sub.destroy_when_not_in_use()
-            self._rt_sub = None
+        for name in ("_rt_sub", "_rt_odom_sub", "_rt_contacts_sub"):
+            sub = getattr(self, name)
+            if sub is not None:
+                sub.destroy_when_not_in_use()
+                setattr(self, name, None)
         for entity in self._entities:
             if hasattr(entity, "topic_name") and hasattr(entity, "publish"):
                 self.destroy_publisher(entity)
@@ -592,12 +617,26 @@ class ControllerNode(LifecycleNode):
                              priority=self.loop_priority, cpus=[cpu] if cpu is not None else self.cpu_affinity,
                              drain_every=RT_DRAIN_EVERY, k=len(m.contacts), na=m.na, nv=m.nv)
         self._rt.set_params(self._node_params["watchdog_timeout"], self._node_params["contacts.threshold"])
+        self._rt.inputs(self._rt_odom_sub.pointer if self._rt_odom_sub is not None else 0,
+                        self._rt_contacts_sub.pointer if self._rt_contacts_sub is not None else 0,
+                        self._odom.twist_in_parent, np.array([BASE_POSITION_MAX, BASE_LINEAR_MAX, BASE_ANGULAR_MAX]),
+                        self._in_base_q, self._in_base_v, self._in_contacts)
+        self._rt_input_drops[:] = 0.0
+        # built now, not on the loop's thread after its first tick (the input that follows
+        # would wait for them): the monitoring templates and the compiled tick
+        self._rt_monitor_key = None
+        self._rt_wrench_local = np.zeros((len(m.contacts), 3))
+        self._rt_monitor_templates = self._rt_monitor_messages()
+        compiled, gait = self._compiled_references()
+        if compiled:
+            rt.prepare(self, gait)
         with self._lock:
             if self._t_in["odom"] > 0.0:
                 self._rt.set_base(self._in_base_q, self._in_base_v)
             if self._t_in["contact_states"] > 0.0:
                 self._rt.set_contacts(self._in_contacts)
         self._rt.set_spin(self.loop_spin_us * 1e-6, self.period_s)
+        sys.setswitchinterval(RT_GIL_SWITCH_INTERVAL_S)
         self._rt.start()
         self._book_thread = threading.Thread(target=self._run_bookkeeping, args=(self._rt,),
                                              name="idyn_bookkeeping", daemon=True)
@@ -797,12 +836,16 @@ class ControllerNode(LifecycleNode):
                 self._tick(now)
                 self._maybe_collect(now + self.period_s)
                 return
+            from ..native import rt
+
             rt_loop.lock()  # the compiled loop's thread ticks too: one tick at a time
             try:
                 with self._book_lock:
                     self._rt_drain(rt_loop)
                     if time.monotonic() - self._last_scheduled > self._node_params["watchdog_timeout"]:
                         self._last_scheduled = now
+                        self._rt_book_inputs(rt_loop)
+                        rt.hand_over(self)
                         self._tick(now)
                         self._rt_after_python_tick()
             finally:
@@ -812,10 +855,14 @@ class ControllerNode(LifecycleNode):
     def _rt_slow(self, data: bytes, received_ns: int, wake_ns: int) -> None:
         """The compiled loop handed this input to Python: the node's own tick, then tell the
         loop whether the next ticks are routine (runs on the loop's thread)."""
+        from ..native import rt
+
         try:
             with self._book_lock:
                 if self._rt is not None:
                     self._rt_drain(self._rt)  # the fast ticks before this one first
+                    self._rt_book_inputs(self._rt)  # the odometry and contacts the loop took
+                    rt.hand_over(self)  # the contact set as they left it
                 self._on_joint_states(data, {"received_timestamp": received_ns}, wake_ns)
                 self._rt_after_python_tick()
         except Exception as exc:  # noqa: BLE001 - never into C++ (garbage is collected by the bookkeeping thread)
@@ -826,24 +873,66 @@ class ControllerNode(LifecycleNode):
         if rt_loop is None:
             return
         interrupts = self._rt_interrupts
-        # a subclass that sets references in every tick (its own _apply_references, e.g. the
-        # gait node) needs the Python tick every time
-        fast = (type(self)._apply_references is ControllerNode._apply_references
-                and self._mode == ACTIVE and not self._watchdog_tripped and not self._need_reset
+        compiled, gait = self._compiled_references()
+        fast = (compiled and self._mode == ACTIVE and not self._watchdog_tripped and not self._need_reset
                 and self._trajectory is None and self._base_ref is None and not self._takes_force_refs
                 and not self._measured_any and not self._pending_fields and self._pending_formulation is None
                 and self._last_source == "formulation")
         if fast:
             from ..native import rt
 
-            plan = rt.plan_for(self)
+            plan = rt.plan_for(self, gait)
             if plan is None:
                 fast = False
             else:
                 rt_loop.plan(*plan)
-        rt_loop.sync(fast, self._mask, self._stamp_in["joint_states"])
+                self._rt_plan_monitoring(rt_loop)
+        rt_loop.sync(fast, self._stamp_in["joint_states"])
         if self._rt_interrupts != interrupts:  # a callback changed something meanwhile
             rt_loop.set_fast(False)
+
+    def _rt_plan_monitoring(self, rt_loop) -> None:
+        """The compiled loop publishes the monitoring of its ticks (at monitor_rate_hz)."""
+        rate = self._node_params["monitor_rate_hz"]
+        every = max(1, int(round(self.rate_hz / rate))) if rate > 0.0 else 0
+        key = (self._rt_tick, every)
+        if key == self._rt_monitor_key:
+            return
+        f = self.ctrl.formulation
+        rt_loop.monitor(every, self._rt_monitor_templates, f.contacts.rotation, f.forces, self._rt_wrench_local)
+        self._rt_monitor_key = key
+
+    def _rt_monitor_messages(self) -> list:
+        """What the compiled loop publishes as monitoring (see RtLoop.monitor): ~/state and the
+        predicted contact wrenches, as :meth:`_publish_state` does."""
+        m, na = self.model, self.model.na
+        msg = JointState()
+        msg.name = list(self.joints)
+        msg.position, msg.velocity, msg.effort = [0.0] * na, [0.0] * na, [0.0] * na
+        buf, stamp_at, at = cdr_template(msg, [f"{f}[{j}]" for f in ("position", "velocity", "effort")
+                                               for j in range(na)])
+        q, v, tau = self._q.ctypes.data, self._v.ctypes.data, self._tau.ctypes.data
+        fields = []
+        for j, joint in enumerate(self._joints_index):  # ~/state is in `joints` order
+            joint = int(joint)
+            fields += [(at[f"position[{j}]"], q + 8 * int(m.joint_q_index[joint])),
+                       (at[f"velocity[{j}]"], v + 8 * (m.n_base + joint)), (at[f"effort[{j}]"], tau + 8 * joint)]
+        messages = [(self._state_pub.handle.pointer, buf, stamp_at, fields)]
+        local = self._rt_wrench_local.ctypes.data
+        for i, (frame, pub) in enumerate(zip(m.contact_frames, self._wrench_pubs)):
+            msg_w = WrenchStamped()
+            msg_w.header.frame_id = frame
+            axes = [f"wrench.force.{c}" for c in "xyz"]
+            buf, stamp_at, at = cdr_template(msg_w, axes)
+            messages.append((pub.handle.pointer, buf, stamp_at,
+                             [(at[a], local + 8 * (3 * i + c)) for c, a in enumerate(axes)]))
+        return messages
+
+    def _compiled_references(self) -> tuple[bool, Any]:
+        """Whether the compiled tick evaluates this node's references itself, and the
+        compiled gait it runs for them (None: none). A subclass that sets references in
+        Python every tick (its own _apply_references) needs the Python tick every time."""
+        return type(self)._apply_references is ControllerNode._apply_references, None
 
     def _rt_interrupt(self) -> None:
         """A reference, gain or mode changed: the next tick runs in Python (it applies it)."""
@@ -857,7 +946,28 @@ class ControllerNode(LifecycleNode):
             rt_loop.wait(RT_DRAIN_WAIT_S)
             with self._book_lock:
                 self._rt_drain(rt_loop)
+                self._rt_book_inputs(rt_loop)
             self._maybe_collect(time.monotonic() + self.period_s)
+
+    def _rt_book_inputs(self, rt_loop) -> None:
+        """The odometry and contact estimates the loop took: their receive times and stamp (for
+        Python ticks and /diagnostics) and the drops it counted (dropped.odom.*, ...)."""
+        from ..native.rt import INPUT_DROPS
+
+        state = rt_loop.input_state()
+        with self._lock:
+            if state[0] > 0.0:
+                self._t_in["odom"] = float(state[0])
+                self._stamp_in["odom"] = int(state[2])
+            if state[1] > 0.0:
+                self._t_in["contact_states"] = float(state[1])
+        drops, booked = state[3:], self._rt_input_drops
+        for (inp, reason), now, before in zip(INPUT_DROPS, drops, booked):
+            if now > before:
+                self._drops[(inp, reason)] += int(now - before)
+                self._log_throttled(f"{inp}.{reason}", f"dropped {inp} message ({reason}) "
+                                    f"[{self._drops[(inp, reason)]} so far]")
+        booked[:] = drops
 
     def _rt_drain(self, rt_loop) -> None:
         """Book the compiled loop's ticks read from its ring (hold ``_book_lock``)."""
@@ -884,7 +994,7 @@ class ControllerNode(LifecycleNode):
             # off the loop's thread: monitoring takes no slack from the loop (the values it
             # publishes are the latest tick's, read while the loop may be writing the next)
             now = time.monotonic()
-            self._monitor(now, now + 1.0, ticks=len(records))
+            self._monitor(now, now + 1.0, ticks=len(records), state=self._rt_monitor_key is None)
             unknown = int(rt_loop.counter("unknown_joint"))
             self._drops[("joint_states", "unknown_joint")] += unknown - self._rt_unknown
             self._rt_unknown = unknown
@@ -1093,15 +1203,16 @@ class ControllerNode(LifecycleNode):
             self.ctrl.config.formulation_options = options
 
     # ================================================================== monitoring
-    def _monitor(self, now: float, next_tick: float, ticks: int = 1) -> None:
+    def _monitor(self, now: float, next_tick: float, ticks: int = 1, state: bool = True) -> None:
         """Decimated ~/state, contact wrenches and /diagnostics, in the slack before the next
         tick: a due message waits (up to MONITOR_MAX_DEFER_S) while less than its budget is
-        left, so monitoring does not push the next tick past its deadline."""
+        left, so monitoring does not push the next tick past its deadline. ``state`` False:
+        /diagnostics only (the compiled loop publishes its ticks' ~/state itself)."""
         if self._mode == OFF:
             return
         slack = next_tick - now
         rate = self._node_params["monitor_rate_hz"]
-        if rate > 0.0:
+        if rate > 0.0 and state:
             self._monitor_countdown -= ticks
             # at the full rate (rate ≥ update_rate) ~/state is part of every tick, never deferred
             if self._monitor_countdown <= 0 and (slack > STATE_BUDGET_S or rate >= self.rate_hz

@@ -13,8 +13,12 @@ the base node's, unchanged.
   [rad/s]. A non-zero command starts the trot; zero, or no message for
   ``gait.cmd_vel_timeout`` [s], stops it (the swings finish, then the robot stands).
 - Gait time is the ``/joint_states`` stamp (simulated time under ``use_sim_time``).
-- ``~/reference`` sensor_msgs/JointState: the joint references of every tick (position,
-  velocity; model joint order), stamped like ``~/state``.
+- The gait runs compiled (:class:`~idyn_control.native.gait.CompiledGait`, the same gait in
+  C++) when the formulation does: with ``loop_mode native`` every routine tick of a trotting
+  robot, contact switches included, then runs without Python, and /cmd_vel is a data write
+  into the compiled gait. Otherwise the Python gait runs in the node's Python tick.
+- ``~/reference`` sensor_msgs/JointState: the joint references (position, velocity; model
+  joint order), published with ``~/state`` (``monitor_rate_hz``) and stamped like it.
 
 Parameters (read-only, in the node's table, config.PARAMETERS): ``gait.enabled``,
 ``gait.period`` [s], ``gait.duty_factor``, ``gait.step_height`` [m],
@@ -37,6 +41,7 @@ from sensor_msgs.msg import JointState
 from .. import robots
 from ..gait import Gait, GaitConfig
 from .controller_node import MONITOR_QOS, REFERENCE_QOS, ControllerNode, run
+from .conversions import cdr_template
 
 class GaitControllerNode(ControllerNode):
     """The controller node with :class:`Gait` and a /cmd_vel input."""
@@ -61,8 +66,15 @@ class GaitControllerNode(ControllerNode):
         q_stand = self._standing_configuration()
         config = GaitConfig(period=get("gait.period"), duty_factor=get("gait.duty_factor"),
                             step_height=get("gait.step_height"), touchdown_depth=get("gait.touchdown_depth"))
-        self.gait = Gait(self.ctrl, q_stand, config)
         self._cmd_vel_timeout = float(get("gait.cmd_vel_timeout"))
+        self.gait = Gait(self.ctrl, q_stand, config)
+        try:  # the same gait in C++: the compiled loop evaluates it (routine ticks stay compiled)
+            from ..native import NativeUnavailable
+            from ..native.gait import CompiledGait
+
+            self.gait = CompiledGait(self.gait, cmd_vel_timeout=self._cmd_vel_timeout)
+        except (ImportError, NativeUnavailable) as exc:
+            self.get_logger().info(f"gait in Python ({exc})")
         reset = self.ctrl.reset
 
         def reset_with_gait(q, v):  # the base node resets the controller on activate / after a trip
@@ -98,6 +110,17 @@ class GaitControllerNode(ControllerNode):
             return
         self._cmd_vel[:] = cmd
         self._cmd_vel_time = time.monotonic()
+        if self._gait_compiled():
+            self.gait.command(cmd[0], cmd[1], cmd[2], self._cmd_vel_time)  # a data write: no Python tick
+
+    def _gait_compiled(self) -> bool:
+        return self.gait is not None and not isinstance(self.gait, Gait)
+
+    def _compiled_references(self):
+        # the compiled tick runs the compiled gait (or no gait: the base node's references)
+        if self.gait is None:
+            return True, None
+        return (True, self.gait) if self._gait_compiled() else (False, None)
 
     def _apply_references(self) -> None:
         super()._apply_references()
@@ -108,20 +131,42 @@ class GaitControllerNode(ControllerNode):
         if self._gait_reset:
             gait.reset(t, self._q, self._v)
             self._gait_reset = False
-        fresh = time.monotonic() - self._cmd_vel_time <= self._cmd_vel_timeout
-        if fresh and np.any(self._cmd_vel != 0.0):
-            gait.set_velocity(*self._cmd_vel)
-            gait.start(t)
-        elif gait.mode == "trot":
-            gait.stop()
-        gait.update(t, self._q, self._v, self._mask)
-        # the references of this tick (model joint order), stamped like ~/state: for
-        # tracking metrics (seed 000 Table 3) and plots
+        if self._gait_compiled():  # the /cmd_vel logic below, in C++ (as the compiled tick runs it)
+            gait.drive(t, self._q, self._v, self._mask, time.monotonic())
+        else:
+            fresh = time.monotonic() - self._cmd_vel_time <= self._cmd_vel_timeout
+            if fresh and np.any(self._cmd_vel != 0.0):
+                gait.set_velocity(*self._cmd_vel)
+                gait.start(t)
+            elif gait.mode == "trot":
+                gait.stop()
+            gait.update(t, self._q, self._v, self._mask)
+
+    def _publish_state(self) -> None:
+        super()._publish_state()
+        if self._ref_msg is None:
+            return
+        # the references of the tick (model joint order), stamped like ~/state: for tracking
+        # metrics (seed 000 Table 3) and plots
         msg = self._ref_msg
         msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(self._stamp_in["joint_states"], 1_000_000_000)
         self._ref_views[0][:] = self.ctrl.q_ref
         self._ref_views[1][:] = self.ctrl.v_ref
         self._ref_pub.publish(msg)
+
+    def _rt_monitor_messages(self) -> list:
+        messages = super()._rt_monitor_messages()
+        if self._ref_msg is None:
+            return messages
+        na = self.model.na
+        msg = JointState()
+        msg.name = list(self.model.joint_names)
+        msg.position, msg.velocity, msg.effort = [0.0] * na, [0.0] * na, [0.0] * na
+        buf, stamp_at, at = cdr_template(msg, [f"{f}[{j}]" for f in ("position", "velocity") for j in range(na)])
+        q_ref, v_ref = self.ctrl.q_ref.ctypes.data, self.ctrl.v_ref.ctypes.data
+        fields = [(at[f"position[{j}]"], q_ref + 8 * j) for j in range(na)]
+        fields += [(at[f"velocity[{j}]"], v_ref + 8 * j) for j in range(na)]
+        return messages + [(self._ref_pub.handle.pointer, buf, stamp_at, fields)]
 
 
 def main(args=None) -> None:

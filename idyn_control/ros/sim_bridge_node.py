@@ -44,11 +44,13 @@ from typing import Any
 
 import numpy as np
 import rclpy
+from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import WrenchStamped
 from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -62,6 +64,7 @@ from ..gait import crouched_configuration
 from ..sim.lockstep import CONTACT_THRESHOLD_N
 from ..sim.mujoco_model import build_mujoco
 from . import signals
+from .conversions import SerializedMessage
 
 NODE_NAME = "idyn_sim"
 #: message type of the contact estimates (the controller's ~/contact_states)
@@ -180,26 +183,32 @@ class SimBridgeNode(Node):
         self._timed_out = True
         self._log_times: dict[str, float] = {}
 
-        # messages (preallocated; arrays are numpy views onto the message buffers)
+        # messages kept serialized, values written in place (numpy views onto their bytes):
+        # a step publishes without building or serializing a Python message
         base = (get("base_frame") or _root_link(m)) if m.floating_base else ""
         odom_frame = get("odom_frame")
-        self._js = JointState()
-        self._js.name = list(m.joint_names)
-        for f in ("position", "velocity", "effort"):
-            setattr(self._js, f, array.array("d", bytes(8 * m.na)))
-        self._js_views = [np.frombuffer(getattr(self._js, f), dtype=float) for f in ("position", "velocity", "effort")]
-        self._odom = Odometry()
-        self._odom.header.frame_id = odom_frame
-        self._odom.child_frame_id = base
-        self._contacts = CONTACT_STATES_TYPE()
-        self._contacts.data = array.array("d", bytes(8 * self.k))
-        self._contacts_view = np.frombuffer(self._contacts.data, dtype=float)
+        js = JointState()
+        js.name = list(m.joint_names)
+        js.position, js.velocity, js.effort = [0.0] * m.na, [0.0] * m.na, [0.0] * m.na
+        self._js = SerializedMessage(js, {f: [f"{f}[{j}]" for j in range(m.na)]
+                                          for f in ("position", "velocity", "effort")})
+        odom = Odometry()
+        odom.header.frame_id = odom_frame
+        odom.child_frame_id = base
+        self._odom = SerializedMessage(odom, {
+            "pose": [f"pose.pose.position.{c}" for c in "xyz"] + [f"pose.pose.orientation.{c}" for c in "xyzw"],
+            "twist": [f"twist.twist.linear.{c}" for c in "xyz"] + [f"twist.twist.angular.{c}" for c in "xyz"]})
+        contacts = CONTACT_STATES_TYPE()
+        contacts.data = [0.0] * self.k
+        self._contacts = SerializedMessage(contacts, {"data": [f"data[{i}]" for i in range(self.k)]}) \
+            if self.k else None
         self._wrenches = []
         for frame in m.contact_frames:
             w = WrenchStamped()
             w.header.frame_id = odom_frame
-            self._wrenches.append(w)
-        self._clock = Clock()
+            self._wrenches.append(SerializedMessage(w, {"force": [f"wrench.force.{c}" for c in "xyz"]}))
+        self._clock = SerializedMessage(Clock(), {}, stamp="clock")
+        self._time = Time()  # the last published simulated time
         self._forces = np.zeros((self.k, 3))
         self._forces_step = np.zeros((self.k, 3))
         if self.k:
@@ -213,7 +222,15 @@ class SimBridgeNode(Node):
                            for f in m.contact_frames]
         self.pub_clock = self.create_publisher(Clock, "/clock", CLOCK_QOS)
         self.pub_status = self.create_publisher(DiagnosticArray, "~/status", STATE_QOS)
-        self.create_subscription(Float64MultiArray, get("command_topic"), self._on_command, COMMAND_QOS)
+        # the commands are taken by the physics thread itself (not the executor): in lock-step
+        # it waits for the one answering its state on a wait set of that subscription alone.
+        # Through the executor each command cost a wait-set rebuild over every entity of the
+        # node (~0.4 ms of Python holding the GIL the physics thread needs: lock-step ran at
+        # 0.45-0.65 of real time)
+        with self.handle:
+            self._cmd_sub = _rclpy.Subscription(self.handle, Float64MultiArray, get("command_topic"),
+                                                COMMAND_QOS.get_c_qos_profile(), None)
+        self._cmd_wait = _rclpy.WaitSet(1, 0, 0, 0, 0, 0, self.context.handle)
         self.add_on_set_parameters_callback(self._on_parameters)
 
         self._running = False
@@ -229,6 +246,21 @@ class SimBridgeNode(Node):
             + ("; paused until the first command" if self._paused else ""))
 
     # ------------------------------------------------------------------ commands
+    def _take_commands(self, timeout: float) -> bool:
+        """Take the commands that arrived, waiting up to ``timeout`` [s] for one; whether a
+        good one came since the last step."""
+        if not self._cmd_event.is_set() and timeout > 0.0:
+            ws = self._cmd_wait
+            ws.clear_entities()
+            ws.add_subscription(self._cmd_sub)
+            ws.wait(int(timeout * 1e9))
+        while True:
+            taken = self._cmd_sub.take_message(Float64MultiArray, False)
+            if taken is None:
+                break
+            self._on_command(taken[0])
+        return self._cmd_event.is_set()
+
     def _on_command(self, msg: Float64MultiArray) -> None:
         data = msg.data
         n = len(data)
@@ -282,11 +314,12 @@ class SimBridgeNode(Node):
         if self._thread is not None:
             self._thread.join(timeout=2.0)
             self._thread = None
+        self._cmd_sub.destroy_when_not_in_use()
 
     def _run(self) -> None:
         self._publish_state()
         while self._running and self._paused:
-            if self._cmd_event.wait(PAUSED_PUBLISH_S):
+            if self._take_commands(PAUSED_PUBLISH_S):
                 self._paused = False
                 self.get_logger().info("first command received: physics running")
                 break
@@ -298,6 +331,8 @@ class SimBridgeNode(Node):
         while self._running:
             if self.lockstep:
                 self._wait_for_command()
+            else:
+                self._take_commands(0.0)
             self.step()
             if self.real_time:
                 deadline += self.period_s
@@ -320,7 +355,7 @@ class SimBridgeNode(Node):
             if waited >= self.lockstep_timeout:
                 self.counters["lockstep_timeouts"] += 1
                 break
-            if self._cmd_event.wait(LOCKSTEP_RESEND_S):
+            if self._take_commands(LOCKSTEP_RESEND_S):
                 break
             waited += LOCKSTEP_RESEND_S
             self.counters["lockstep_resends"] += 1
@@ -359,35 +394,30 @@ class SimBridgeNode(Node):
         nanosec = int(round((t - sec) * 1e9))
         if nanosec >= 1_000_000_000:
             sec, nanosec = sec + 1, nanosec - 1_000_000_000
-        self._clock.clock.sec, self._clock.clock.nanosec = sec, nanosec
-        self.pub_clock.publish(self._clock)
+        self._time.sec, self._time.nanosec = sec, nanosec
+        self._clock.set_stamp(sec, nanosec)
+        self.pub_clock.publish(self._clock.cdr())
         if m.floating_base:
             o = self._odom
-            o.header.stamp.sec, o.header.stamp.nanosec = sec, nanosec
-            p, r = o.pose.pose.position, o.pose.pose.orientation
-            p.x, p.y, p.z = float(q[0]), float(q[1]), float(q[2])
-            r.x, r.y, r.z, r.w = float(q[3]), float(q[4]), float(q[5]), float(q[6])
-            lin, ang = o.twist.twist.linear, o.twist.twist.angular
-            lin.x, lin.y, lin.z = float(v[0]), float(v[1]), float(v[2])  # base frame (REP-105)
-            ang.x, ang.y, ang.z = float(v[3]), float(v[4]), float(v[5])
-            self.pub_odom.publish(o)
+            o.set_stamp(sec, nanosec)
+            o.views["pose"][:] = q[:7]  # position, quaternion (x, y, z, w)
+            o.views["twist"][:] = v[:6]  # base frame (REP-105)
+            self.pub_odom.publish(o.cdr())
         if self.k:
             normal = self._forces[:, 2]
-            self._contacts_view[:] = (normal > self.contact_threshold)
-            self.pub_contacts.publish(self._contacts)
+            self._contacts.views["data"][:] = (normal > self.contact_threshold)
+            self.pub_contacts.publish(self._contacts.cdr())
             if self.publish_wrenches:
                 for i, (msg, pub) in enumerate(zip(self._wrenches, self.pub_wrench)):
-                    msg.header.stamp.sec, msg.header.stamp.nanosec = sec, nanosec
-                    f = msg.wrench.force
-                    f.x, f.y, f.z = float(self._forces[i, 0]), float(self._forces[i, 1]), float(self._forces[i, 2])
-                    pub.publish(msg)
+                    msg.set_stamp(sec, nanosec)
+                    msg.views["force"][:] = self._forces[i]
+                    pub.publish(msg.cdr())
         js = self._js
-        js.header.stamp.sec, js.header.stamp.nanosec = sec, nanosec
-        pos, vel, eff = self._js_views
-        pos[:] = q[m.joint_q_index]
-        vel[:] = v[m.n_base:]
-        eff[:] = np.clip(self._tau_applied, -m.tau_max, m.tau_max)  # what the motors applied
-        self.pub_js.publish(js)
+        js.set_stamp(sec, nanosec)
+        js.views["position"][:] = q[m.joint_q_index]
+        js.views["velocity"][:] = v[m.n_base:]
+        js.views["effort"][:] = np.clip(self._tau_applied, -m.tau_max, m.tau_max)  # what the motors applied
+        self.pub_js.publish(js.cdr())
 
     def _publish_status(self, now: float) -> None:
         wall = now - self._wall_start
@@ -401,7 +431,7 @@ class SimBridgeNode(Node):
         status.values = [KeyValue(key=k, value=f"{v:.6g}" if isinstance(v, float) else str(v))
                          for k, v in values.items()]
         msg = DiagnosticArray()
-        msg.header.stamp = self._clock.clock
+        msg.header.stamp = self._time
         msg.status = [status]
         self.pub_status.publish(msg)
 
@@ -424,7 +454,8 @@ def main(args=None) -> None:
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         node.start()
-        executor.spin()
+        while rclpy.ok():  # the executor has little to wake it (no command callbacks): let signals in
+            executor.spin_once(timeout_sec=0.1)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except IdynError as exc:

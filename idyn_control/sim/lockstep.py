@@ -32,7 +32,7 @@ import numpy as np
 import pinocchio as pin
 
 from .. import robots
-from ..controller import Controller, ControllerConfig
+from ..controller import Command, Controller, ControllerConfig
 from ..errors import ConfigError
 from ..gait import Gait, GaitConfig, crouched_configuration
 from .metrics import Trace, compute_metrics
@@ -108,6 +108,10 @@ class Scenario:
             controller is told the local normal and μ under each foot in contact.
         faults: a :class:`~idyn_control.sim.faults.Faults` (or its fields as a dict): lost,
             delayed or wrong inputs, an input gap, a model mass error, a push.
+        compiled: run each tick compiled when it can (:class:`idyn_control.native.tick.Tick`
+            with the compiled gait, as the node's compiled loop does; a failed solve is run
+            again by the Python tick); False (default): the Python tick, the reference
+            the experiments use. Legged robots on a plane without faults only.
     """
 
     robot: str = "quadruped"
@@ -132,6 +136,7 @@ class Scenario:
     terrain: str = "plane"
     terrain_seed: int = 0
     faults: Any = None
+    compiled: bool = False
 
     def validate(self) -> None:
         robots.spec(self.robot)  # unknown names list the valid ones
@@ -258,6 +263,8 @@ class LockstepRunner:
         trotting = False
         task = make_task(s.task, ticks) if gait is not None else None
         faults = FaultInjector(s.faults, s.dt, robot.nq, robot.nv, k) if s.faults.active else None
+        tick, gait = self._compiled_tick() if s.compiled and faults is None else (None, gait)
+        tau = np.zeros(robot.na)
         q_meas, v_meas, mask_meas = q, v, mask  # what the simulator measured
         for n in range(ticks):
             t = n * s.dt
@@ -275,17 +282,25 @@ class LockstepRunner:
             if gait is None:
                 ctrl.set_joint_reference(*self._arm_reference(t))
             elif fresh:  # on stale input the node's watchdog skips the references too
-                trotting = self._gait_tick(t, q, v, mask, trotting, task)
+                trotting = self._gait_tick(t, q, v, mask, trotting, task, gait, update=tick is None)
             t0 = time.perf_counter()
-            cmd = ctrl.update(q, v, mask) if fresh else ctrl.safe_command(q, np.zeros(robot.nv), mask)
-            tick = time.perf_counter() - t0
-            misses += tick > s.dt
+            if tick is not None and n > 0 and tick.run(t, q, v, mask, 0.0, tau) == 0:  # the gait's tick included
+                cmd = Command(tau=tau, result=None, source="formulation", saturated=tick.saturated)
+            elif tick is not None:  # the first tick, or a failed solve: the Python tick runs it
+                tick.hand_over()
+                gait.update(t, q, v, mask)
+                cmd = ctrl.update(q, v, mask)
+                tick.plan()
+            else:
+                cmd = ctrl.update(q, v, mask) if fresh else ctrl.safe_command(q, np.zeros(robot.nv), mask)
+            tick_s = time.perf_counter() - t0
+            misses += tick_s > s.dt
             # record (state and references of this tick; forces of the coming period)
             trace.t[n] = t
             trace.q[n], trace.v[n] = q_meas, v_meas  # the robot's state (faults change only the controller's view)
             trace.q_ref[n], trace.v_ref[n] = ctrl.q_ref, ctrl.v_ref
             trace.tau[n] = cmd.tau
-            trace.tick_s[n] = tick
+            trace.tick_s[n] = tick_s
             trace.fallback[n] = cmd.source != "formulation"
             trace.contact[n] = mask_meas
             if gait is not None:
@@ -294,6 +309,8 @@ class LockstepRunner:
             if cmd.result is not None and cmd.source == "formulation":
                 for frame, f in zip(cmd.result.contact_frames, cmd.result.forces):
                     trace.f_pred[n, contact_index[frame]] = f
+            elif cmd.source == "formulation":  # compiled: per configured contact
+                trace.f_pred[n] = ctrl.formulation.forces
             # physics: hold τ for one control period, average the contact forces over it
             trace.f_meas[n] = 0.0
             if faults is not None:
@@ -342,10 +359,27 @@ class LockstepRunner:
         metrics["real_time_factor"] = trace.n * s.dt / wall if wall > 0 else float("nan")
         return Run(scenario=s, trace=trace.trimmed(), metrics=metrics, wall_time_s=wall)
 
-    def _gait_tick(self, t: float, q: np.ndarray, v: np.ndarray, mask: np.ndarray, trotting: bool, task) -> bool:
-        """Start/stop the trot, command the gait, update its references; returns whether
-        it trots."""
-        s, gait = self.scenario, self.gait
+    def _compiled_tick(self):
+        """(Tick, compiled gait) for Scenario.compiled, or (None, the Python gait) when the
+        tick cannot run compiled here."""
+        from ..native import NativeUnavailable
+
+        if self.gait is None or self.terrain is not None:
+            return None, self.gait
+        try:
+            from ..native.gait import CompiledGait
+            from ..native.tick import Tick
+
+            gait = CompiledGait(self.gait)
+            return Tick(self.controller, gait), gait
+        except NativeUnavailable:
+            return None, self.gait
+
+    def _gait_tick(self, t: float, q: np.ndarray, v: np.ndarray, mask: np.ndarray, trotting: bool, task, gait,
+                   update: bool = True) -> bool:
+        """Start/stop the trot, command the gait, update its references (``update``: the
+        compiled tick does it otherwise); returns whether it trots."""
+        s = self.scenario
         if s.gait and not trotting and t >= s.trot_start and (s.trot_stop is None or t < s.trot_stop):
             gait.start(t)
             trotting = True
@@ -354,7 +388,8 @@ class LockstepRunner:
             trotting = False
         if task is not None:
             task.drive(t, q, gait, active=trotting)
-        gait.update(t, q, v, mask)
+        if update:
+            gait.update(t, q, v, mask)
         if self.terrain is not None:
             self._feed_surfaces(mask)
         return trotting

@@ -1,0 +1,178 @@
+"""The compiled gait and the compiled controller tick agree with their Python references.
+
+gait.py and Controller.update are the reference. Both are fed the same measured trot of a
+lock-step MuJoCo run (contact switches, a turn, a stop) tick by tick, open loop: the
+compiled gait must give the same references and state to round-off, and the compiled
+tick (gait, contacts held with make/break ramps, kinematic layer, formulation, clamps)
+the same torques, accelerations and forces as the Python tick on the same formulation.
+CI sets IDYN_REQUIRE_NATIVE=1, so a missing build fails there instead of skipping.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import pytest
+
+from idyn_control.controller import Controller, ControllerConfig
+from idyn_control.gait import Gait
+from idyn_control.sim.lockstep import LockstepRunner, Scenario
+
+from conftest import native_or_skip
+
+native_or_skip()
+from idyn_control.native.gait import STATE, CompiledGait  # noqa: E402
+from idyn_control.native.tick import Tick  # noqa: E402
+
+LEGGED = ("quadruped", "solo12")
+TROT = dict(duration=2.4, velocity=(0.2, 0.05, 0.3), trot_start=0.3, trot_stop=1.5)
+REF_ARRAYS = ("q_ref", "v_ref", "a_ref", "base_position_ref", "base_rotation_ref", "base_velocity_ref",
+              "base_angular_ref", "foot_position_ref", "foot_velocity_ref", "foot_acceleration_ref", "swing")
+
+
+@lru_cache(maxsize=None)
+def recorded_trot(robot: str):
+    """A lock-step trot (Python gait, qp_coulomb): its runner and the measured ticks."""
+    runner = LockstepRunner(Scenario(robot=robot, formulation="qp_coulomb", **TROT))
+    run = runner.run()
+    assert not run.metrics["fell"]
+    return runner, run.trace
+
+
+def drive_gait(gait, scenario, t):
+    """The lock-step runner's start/stop schedule."""
+    if t == pytest.approx(scenario.trot_start):
+        gait.start(t)
+        gait.set_velocity(*scenario.velocity)
+    if t == pytest.approx(scenario.trot_stop):
+        gait.stop()
+
+
+def controller(runner, formulation="qp_coulomb", **config):
+    c = runner.controller.config
+    return Controller(runner.controller.model, ControllerConfig(**{**c.__dict__, "formulation": formulation,
+                                                                   "formulation_options": {}, **config}))
+
+
+def relative(a, b) -> float:
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return float(np.abs(a - b).max()) / max(1.0, float(np.abs(b).max())) if b.size else 0.0
+
+
+@pytest.mark.parametrize("robot", LEGGED)
+def test_compiled_gait_reproduces_the_python_gait_along_a_trot(robot):
+    """Same references (every array the gait writes) and same state, every tick, through
+    lift-offs, touchdowns, a turn, the stop and a mid-stride reset on three feet."""
+    runner, trace = recorded_trot(robot)
+    s = runner.scenario
+    ctrl_py, ctrl_c = controller(runner), controller(runner)
+    g_py = Gait(ctrl_py, runner.q_standing, runner.gait.config)
+    g_c = CompiledGait(Gait(ctrl_c, runner.q_standing, runner.gait.config))
+    for g in (g_py, g_c):
+        g.reset(0.0, trace.q[0], trace.v[0])
+        g.set_velocity(*s.velocity)
+    reset_at = int(0.9 * trace.n)
+    switches, worst_ref, worst_state = 0, 0.0, 0.0
+    for n in range(trace.n):
+        t, q, v, mask = trace.t[n], trace.q[n], trace.v[n], trace.contact[n]
+        if n == reset_at:  # an input gap's recovery: stand where the robot is, one foot up
+            partial = mask.copy()
+            partial[0] = False
+            for g in (g_py, g_c):
+                g.reset(t, q, v, partial)
+        for g in (g_py, g_c):
+            drive_gait(g, s, t)
+        g_py.update(t, q, v, mask)
+        g_c.update(t, q, v, mask)
+        for name in REF_ARRAYS:
+            worst_ref = max(worst_ref, relative(getattr(ctrl_c, name), getattr(ctrl_py, name)))
+        for name, _ in STATE:
+            a, b = getattr(g_c, name), getattr(g_py, name)
+            if isinstance(b, str) or b is None:
+                assert a == b, (n, name, a, b)
+            else:
+                worst_state = max(worst_state, relative(a, b))
+        switches += n > 0 and bool((trace.contact[n] != trace.contact[n - 1]).any())
+    assert worst_ref <= 1e-9 and worst_state <= 1e-9, (worst_ref, worst_state)
+    assert switches >= 10  # the trot made and broke contacts
+    assert g_c.mode == "stand" and not g_c.swinging.any()  # the stop finished
+
+
+@pytest.mark.parametrize("robot", LEGGED)
+@pytest.mark.parametrize("formulation", ["qp_coulomb", "wbc_qp"])
+@pytest.mark.parametrize("ramp", [0.0, 0.01])
+def test_compiled_tick_matches_the_python_tick_along_a_trot(robot, formulation, ramp):
+    """Controller.update after Gait.update vs one compiled tick (gait included), on the same
+    compiled formulation: same held contacts every tick and the same τ, q̈ and forces,
+    contact switches (ramped or not) included; the Python tick may take over at any tick
+    (a hand-over every 97 ticks)."""
+    runner, trace = recorded_trot(robot)
+    s = runner.scenario
+    ctrl_py, ctrl_c = controller(runner, formulation, contact_ramp_time=ramp), \
+        controller(runner, formulation, contact_ramp_time=ramp)
+    g_py = Gait(ctrl_py, runner.q_standing, runner.gait.config)
+    g_c = CompiledGait(Gait(ctrl_c, runner.q_standing, runner.gait.config))
+    tick = Tick(ctrl_c, g_c)
+    tau = np.zeros(ctrl_c.model.na)
+    for ctrl, g in ((ctrl_py, g_py), (ctrl_c, g_c)):
+        ctrl.reset(trace.q[0], trace.v[0])
+        g.reset(0.0, trace.q[0], trace.v[0])
+    errors, compiled_ticks, switches = [], 0, 0
+    active_prev = None
+    for n in range(trace.n):
+        t, q, v, mask = trace.t[n], trace.q[n], trace.v[n], trace.contact[n]
+        for g in (g_py, g_c):
+            drive_gait(g, s, t)
+        g_py.update(t, q, v, mask)
+        cmd = ctrl_py.update(q, v, mask)
+        if n % 97 == 0:  # a Python tick of the compiled side (the node's hand-over)
+            tick.hand_over()
+            g_c.update(t, q, v, mask)
+            tau[:] = ctrl_c.update(q, v, mask).tau
+            tick.plan()
+        else:
+            assert tick.run(t, q, v, mask, 0.0, tau) == 0, n
+            compiled_ticks += 1
+        f_py, f_c = ctrl_py.formulation, ctrl_c.formulation
+        np.testing.assert_array_equal(f_c.contacts.active, f_py.contacts.active)
+        np.testing.assert_array_equal(f_c.contacts.released, f_py.contacts.released)
+        switches += active_prev is not None and bool((f_py.contacts.active != active_prev).any())
+        active_prev = f_py.contacts.active.copy()
+        errors.append(max(relative(tau, cmd.tau), relative(f_c.qdd, f_py.qdd), relative(f_c.forces, f_py.forces)))
+    errors = np.asarray(errors)
+    assert compiled_ticks > 0.95 * trace.n and switches >= 10
+    # the same QP data up to round-off (the gait's, and ProxQP's summation order, which
+    # follows the heap layout): on rare ticks round-off flips a decision of the formulation
+    # (fast path or two stages, with or without torque limits, where ProxQP stops on
+    # wbc_qp's flat force optimum) and the two ticks part; never for long, and the contact
+    # logic (held and released contacts, every tick above) is exact
+    assert np.mean(errors <= 1e-6) >= 0.95, np.mean(errors <= 1e-6)
+    assert errors[-100:].max() <= 1e-6, errors[-100:].max()  # standing again: the same torques
+
+
+def test_compiled_tick_hands_a_failed_solve_back_unchanged(load_robot):
+    """A tick whose solve fails returns non-zero and leaves the gait and contact state as
+    they were, so the Python tick that runs it again starts from the same state."""
+    runner, trace = recorded_trot("solo12")
+    ctrl = controller(runner, "qp_coulomb", contact_ramp_time=0.01)
+    g = CompiledGait(Gait(ctrl, runner.q_standing, runner.gait.config))
+    tick = Tick(ctrl, g)
+    ctrl.reset(trace.q[0], trace.v[0])
+    g.reset(0.0, trace.q[0], trace.v[0])
+    g.start(0.0)
+    g.set_velocity(0.2, 0.0, 0.0)
+    tau = np.zeros(ctrl.model.na)
+    n = 500
+    for i in range(n):
+        assert tick.run(trace.t[i], trace.q[i], trace.v[i], trace.contact[i], 0.0, tau) == 0
+    state = g.state.copy()
+    held = ctrl.transitions.held.copy(), ctrl.transitions.bound.copy(), ctrl.formulation.contacts.active.copy()
+    version = int(tick.version[0])
+    bad_v = trace.v[n].copy()
+    bad_v[0] = np.nan  # the solve cannot be finite
+    assert tick.run(trace.t[n], trace.q[n], bad_v, ~trace.contact[n], 0.0, tau) != 0
+    np.testing.assert_array_equal(g.state, state)
+    for now, before in zip((ctrl.transitions.held, ctrl.transitions.bound, ctrl.formulation.contacts.active), held):
+        np.testing.assert_array_equal(now, before)
+    assert int(tick.version[0]) == version
