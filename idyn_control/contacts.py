@@ -25,6 +25,9 @@ from .qp import INF
 
 #: rows of the friction pyramid per contact: four facets and the unilateral row
 PYRAMID_ROWS = 5
+#: held points of one body whose pairwise cross products stay below this [m²] lie on a
+#: line (ContactSet.held_rows)
+COLLINEAR_M2 = 1e-8
 
 
 def tangent_basis(normal: np.ndarray) -> np.ndarray:
@@ -77,6 +80,12 @@ class ContactSet:
             unilateral row).
         released: (k,) bool, active contacts held only by a breaking transition: their
             force is bounded and ramps to zero, but they no longer constrain the motion.
+        J_angular, drift_angular: (k, 3, nv), (k, 3): angular Jacobian and angular drift
+            J̇_ω v [rad/s²] of each contact frame's body (world frame): with
+            :meth:`held_rows`, the one rigid-body constraint of a flat foot.
+        body: (k,) the joint id of each contact's rigid body (contacts against the
+            environment; −1 for a contact against a free body): points with the same id
+            move as one body.
     """
 
     def __init__(self, model: RobotModel):
@@ -101,6 +110,11 @@ class ContactSet:
         for i, c in enumerate(model.contacts):
             self.basis[i] = tangent_basis(c.normal_world)
             self.set_friction(i, c.friction)
+        self.J_angular = np.zeros((k, 3, nv))
+        self.drift_angular = np.zeros((k, 3))
+        self.body = np.array([pm_frame.parentJoint if jid == 0 else -1
+                              for pm_frame, jid in zip((model.pin_model.frames[f] for f in model.contact_frame_ids),
+                                                       model.contact_body_joint_ids)], dtype=int)
         self._J6 = np.zeros((6, nv))
         self._Jb = np.zeros((6, nv))
         # contacts against a free body: (index, body joint id, body frame id, normal in the body frame)
@@ -178,7 +192,10 @@ class ContactSet:
         for i, fid in enumerate(self.model.contact_frame_ids):
             self._J6[:] = pin.getFrameJacobian(pm, data, fid, lwa)
             self.J[i] = self._J6[:3]
-            self.drift[i] = pin.getFrameClassicalAcceleration(pm, data, fid, lwa).linear
+            self.J_angular[i] = self._J6[3:]
+            acc = pin.getFrameClassicalAcceleration(pm, data, fid, lwa)
+            self.drift[i] = acc.linear
+            self.drift_angular[i] = acc.angular
             oMf = data.oMf[fid]
             self.position[i] = oMf.translation
             self.rotation[i] = oMf.rotation
@@ -229,6 +246,30 @@ class ContactSet:
                 C[r:r + 3, c:c + 3] = np.identity(3)
                 lo[r:r + 3], hi[r:r + 3] = 0.0, 0.0
                 lo[r + 3:r + 5], hi[r + 3:r + 5] = -INF, INF
+
+    def held_rows(self, held: np.ndarray) -> list[tuple[int, int, int, int]]:
+        """How the held contacts of each rigid body constrain its motion: (reference point,
+        second point, angular rows, farthest point) per body with two or more held points,
+        for a flat foot (the angular rows go where the second point's rows were; with 2 the
+        line is the reference point → the farthest point).
+
+        Held points on one body cannot all keep zero acceleration while the body turns (their
+        centripetal terms disagree: no q̈ meets the rows, seed 000's rigid points over-
+        constrain a rigid foot). One body constraint replaces them: the reference point's
+        three translation rows plus the body's angular acceleration, 3 rows, or 2 when the
+        points lie on a line (the rotation about it is free: the points cannot resist it).
+        Bodies with one held point keep its rows. Not per tick: when the held set changes.
+        """
+        out = []
+        for body in np.unique(self.body[held & (self.body >= 0)]):
+            members = np.flatnonzero(held & (self.body == body))
+            if members.size < 2:
+                continue
+            rel = self.position[members[1:]] - self.position[members[0]]
+            far = int(np.argmax(np.einsum("ij,ij->i", rel, rel)))
+            planar = bool((np.linalg.norm(np.cross(rel[far], rel), axis=1) > COLLINEAR_M2).any())
+            out.append((int(members[0]), int(members[1]), 3 if planar else 2, int(members[1 + far])))
+        return out
 
     def frame_names(self) -> tuple[str, ...]:
         """Names of the active contacts in result order."""

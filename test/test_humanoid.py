@@ -13,6 +13,7 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
+from conftest import native_or_skip
 from idyn_control import formulations, robots
 from idyn_control.errors import ConfigError, UnknownNameError
 from idyn_control.model import ContactSurface
@@ -105,6 +106,29 @@ def test_g1_shifts_its_weight_and_squats_without_falling():
         assert np.all(sole.min(axis=1) >= 0.01 * sole.sum(axis=1))
     assert m["force_error_sum_rel"] < 0.02
     assert runner.controller.formulation.options["cop_margin"] == 0.2  # g1.yaml's default
+
+
+@pytest.mark.parametrize("backend", ["native", "python"])
+def test_g1_wbc_qp_holds_each_sole_as_one_rigid_body(backend):
+    """wbc_qp with a sole's four corners held: one rigid-body constraint per sole (its first
+    corner's three rows and the sole's angular acceleration, ContactSet.held_rows), not
+    twelve point rows that no q̈ meets once the foot turns a little. The robot shifts its
+    weight and squats with consistent rows (never elastic), every corner loaded, and the
+    predicted forces are the simulator's."""
+    if backend == "native":
+        native_or_skip()
+    runner = LockstepRunner(Scenario(robot="g1", formulation="wbc_qp", formulation_options={"backend": backend},
+                                     gait=False, duration=6.0, friction=0.8, task="balance"))
+    run = runner.run()
+    m, tr, f = run.metrics, run.trace, runner.controller.formulation
+    assert f.backend == backend
+    assert not m["fell"] and tr.fallback.sum() == 0
+    assert f.relaxations() == {"torque_limits_dropped": 0}  # no elastic contact rows
+    assert [n for _, _, n, _ in f.contacts.held_rows(np.ones(8, bool))] == [3, 3]  # both soles, planar corners
+    fz = tr.f_meas[tr.t >= 0.1, :, 2]
+    for sole in (fz[:, :4], fz[:, 4:]):
+        assert np.all(sole.min(axis=1) >= 0.05 * sole.sum(axis=1))
+    assert m["force_error_sum_rel"] < 0.005
 
 
 def _shifted_standing_state(g1):

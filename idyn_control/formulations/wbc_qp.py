@@ -43,7 +43,7 @@ import numpy as np
 import pinocchio as pin
 from scipy import linalg
 
-from ..contacts import PYRAMID_ROWS
+from ..contacts import PYRAMID_ROWS, tangent_basis
 from ..errors import ConfigError, UnknownNameError
 from .. import native
 from ..qp import ELASTIC_WEIGHT, INF, STRICT_INFEASIBILITY_TOLERANCE, QpOutcome, QpSolver
@@ -132,6 +132,8 @@ class WbcQp(Formulation):
         self._torque_limits_dropped = 0  # the Python backend's counts
         self._contacts_elastic = 0
         self._redundant_contacts = False  # rank of the held contacts' rows < their number
+        self._bodies: list[tuple[int, int, int, int]] = []  # flat feet (ContactSet.held_rows)
+        self._held_rows = 0  # rows the held contacts fill
         self._native = self._native_backend(native.Wbc)
 
     @property
@@ -283,7 +285,14 @@ class WbcQp(Formulation):
             cs.fill_friction_rows(qp.C[:n_fr, nv:], qp.l[:n_fr], qp.u[:n_fr])
             # a released contact (breaking, ContactTransitions) keeps its bounded force but
             # no longer holds its point still
-            self._inactive_rows = np.flatnonzero(np.repeat(~cs.active | cs.released, 3)) + nb
+            held = cs.active & ~cs.released
+            self._inactive_rows = np.flatnonzero(np.repeat(~held, 3)) + nb
+            self._bodies = cs.held_rows(held)
+            for ref, _, _, _ in self._bodies:  # the other points of a body: no rows of their own
+                others = np.flatnonzero(held & (cs.body == cs.body[ref]))[1:]
+                self._inactive_rows = np.union1d(self._inactive_rows, (nb + 3 * others[:, None] + np.arange(3)).ravel())
+            self._held_rows = 3 * int(held.sum()) - sum(3 * (int((held & (cs.body == cs.body[r])).sum()) - 1) - n
+                                                         for r, _, n, _ in self._bodies)
             self._contact_version = cs.version
         for i in np.flatnonzero(cs.active):  # a making or breaking contact's force bound, per unit mass
             bound, r = cs.max_normal_force[i], PYRAMID_ROWS * i + 4
@@ -291,6 +300,8 @@ class WbcQp(Formulation):
         if self._inactive_rows.size:
             A[self._inactive_rows] = 0.0
             b[self._inactive_rows] = 0.0
+        for ref, second, n_angular, far in self._bodies:  # flat feet: one rigid-body constraint each
+            self._body_rows(ref, second, n_angular, far, v)
 
         # inequalities: friction (above), torque limits
         lim = slice(n_fr, n_fr + m.na)
@@ -308,7 +319,7 @@ class WbcQp(Formulation):
         inconsistent = None
         if switched:
             rank, residual = self._contact_rows_least_squares(rows)
-            self._redundant_contacts = rank < 3 * cs.n_active
+            self._redundant_contacts = rank < self._held_rows
             inconsistent = residual > INCONSISTENT_ROWS * o["eps_abs"]
         elif self._redundant_contacts:
             inconsistent = self._contact_rows_least_squares(rows)[1] > INCONSISTENT_ROWS * o["eps_abs"]
@@ -352,9 +363,33 @@ class WbcQp(Formulation):
             self.relax("torque_limits", max(0.0, float((np.abs(self.tau) - m.tau_max).max())))
         if elastic:
             self._contacts_elastic += 1
-            left = (A[rows, :nv] @ self.qdd - b[rows]).reshape(k, 3)  # zero rows when inactive
-            self.relax("contact_acceleration", float(np.sqrt(np.einsum("ij,ij->i", left, left).max())))
+            # per held point, whatever its rows (a flat foot's body rows): J_i q̈ + J̇_i v (+ k_c J_i v)
+            held = cs.active & ~cs.released
+            left = (J_all @ self.qdd).reshape(k, 3)[held] + cs.drift[held]
+            if o["contact_gain"]:
+                left += o["contact_gain"] * (J_all @ v).reshape(k, 3)[held]
+            self.relax("contact_acceleration", float(np.sqrt(np.einsum("ij,ij->i", left, left).max(initial=0.0))))
         return out.status, iterations, solve_time
+
+    def _body_rows(self, ref: int, second: int, n_angular: int, far: int, v: np.ndarray) -> None:
+        """The angular rows of a flat foot's rigid-body constraint (ContactSet.held_rows) in
+        the second point's rows: J_ω q̈ = −J̇_ω v (− k_c J_ω v), all three, or the two
+        across the line ref → far of collinear points (the rotation about it is free)."""
+        cs, A, b = self.contacts, self.qp.A, self.qp.b
+        nv, r = self.model.nv, self.model.n_base + 3 * second
+        rows = cs.J_angular[ref]
+        rhs = -cs.drift_angular[ref]
+        if self.options["contact_gain"]:
+            rhs = rhs - self.options["contact_gain"] * (rows @ v)
+        if n_angular == 3:
+            A[r:r + 3, :nv] = rows
+            b[r:r + 3] = rhs
+            return
+        axes = tangent_basis(cs.position[far] - cs.position[ref])[:2]  # across the line
+        A[r:r + 2, :nv] = axes @ rows
+        b[r:r + 2] = axes @ rhs
+        A[r + 2, :nv] = 0.0
+        b[r + 2] = 0.0
 
     def _contact_rows_least_squares(self, rows: slice) -> tuple[int, float]:
         """Rank of the contact rows J q̈ = b of the QP (zero rows for inactive contacts; QR

@@ -86,6 +86,23 @@ void engine_point_task(Engine& e, int frame, Eigen::Ref<Eigen::MatrixXd> J, Eige
   drift = pin::getFrameClassicalAcceleration(m, d, static_cast<pin::FrameIndex>(frame), pin::LOCAL_WORLD_ALIGNED).linear();
 }
 
+int engine_contact_body(const Engine& e, int i) {
+  return static_cast<int>(e.model.frames[e.contact_frames[i]].parentJoint);
+}
+
+Eigen::Vector3d engine_contact_position(const Engine& e, int i) {
+  return Eigen::Map<const Eigen::Vector3d>(e.position + 3 * i);
+}
+
+void engine_contact_angular(Engine& e, int i, Eigen::Ref<Eigen::MatrixXd> J, Eigen::Ref<Eigen::Vector3d> drift) {
+  const auto fid = e.contact_frames[i];
+  e.J6.setZero();
+  pin::getFrameJacobian(e.model, e.data, fid, pin::LOCAL_WORLD_ALIGNED, e.J6);
+  J = e.J6.bottomRows<3>();
+  // data holds the zero-acceleration pass of the last update: the classical acceleration is the drift
+  drift = pin::getFrameClassicalAcceleration(e.model, e.data, fid, pin::LOCAL_WORLD_ALIGNED).angular();
+}
+
 namespace {
 
 void set_error(char* err, int len, const std::string& what) {

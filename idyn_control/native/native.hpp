@@ -36,4 +36,11 @@ const Terms& engine_terms(const Engine& e);
 void engine_point_task(Engine& e, int frame, Eigen::Ref<Eigen::MatrixXd> J, Eigen::Ref<Eigen::Vector3d> position,
                        Eigen::Ref<Eigen::Vector3d> velocity, Eigen::Ref<Eigen::Vector3d> drift);
 
+// Contact i's rigid body (its frame's parent joint), position at the last update [m], and
+// its body's angular Jacobian (3 x nv) and angular drift J̇_ω v (world frame): a flat foot's
+// one rigid-body constraint (wbc_qp, ContactSet.held_rows).
+int engine_contact_body(const Engine& e, int i);
+Eigen::Vector3d engine_contact_position(const Engine& e, int i);
+void engine_contact_angular(Engine& e, int i, Eigen::Ref<Eigen::MatrixXd> J, Eigen::Ref<Eigen::Vector3d> drift);
+
 }  // namespace idyn

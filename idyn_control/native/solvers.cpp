@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <memory>
 #include <new>
+#include <array>
 #include <optional>
+#include <vector>
 
 #include "api.h"
 #include "native.hpp"
@@ -30,6 +32,9 @@ constexpr double INF = 1e20;
 // strict one of wbc_qp
 constexpr double PROXQP_INFEASIBILITY_TOLERANCE = 1e-4;
 constexpr double STRICT_INFEASIBILITY_TOLERANCE = 1e-9;
+// held points of one body whose pairwise cross products stay below this [m²] lie on a line
+// (contacts.py COLLINEAR_M2)
+constexpr double COLLINEAR_M2 = 1e-8;
 constexpr double ELASTIC_WEIGHT = 1e4;  // as qp.ELASTIC_WEIGHT
 constexpr double INCONSISTENT_ROWS = 100.0;  // as wbc_qp.INCONSISTENT_ROWS
 constexpr double BASE_ROWS_TOL = 1e-7;       // as wbc_qp.BASE_ROWS_TOL
@@ -230,6 +235,14 @@ struct Wbc {
   VectorXd gen;                  // M q̈ + h − Jᵀ f
   Eigen::LLT<MatrixXd> base_llt;  // of the base block of M
   Eigen::Vector3d position, velocity, drift, a;
+  // flat feet (ContactSet.held_rows): each contact's body; per body with several held
+  // points (reference, second, angular rows, farthest); rows the held contacts fill
+  std::vector<int> body;
+  std::vector<std::array<int, 4>> bodies;
+  std::vector<std::uint8_t> own_rows;  // held contacts that keep their 3 point rows
+  int held_rows = 0;
+  MatrixXd Jang;
+  Eigen::Vector3d dang;
 
   Wbc(Engine* e, const double* rows, const double* bound, const std::uint8_t* released_, bool warm, double eps_abs)
       : engine(e), d(engine_dims(*e)),
@@ -237,7 +250,69 @@ struct Wbc {
            STRICT_INFEASIBILITY_TOLERANCE),
         elastic(d.nv + 3 * d.k, d.nb, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100, STRICT_INFEASIBILITY_TOLERANCE),
         friction_rows(rows), max_normal_force(bound), released(released_), eps_abs(eps_abs), Jt(3, d.nv), left(VectorXd::Zero(3 * d.k)), qr(3 * d.k, d.nv),
-        gen(VectorXd::Zero(d.nv)), base_llt(d.nb) {}
+        gen(VectorXd::Zero(d.nv)), base_llt(d.nb), body(d.k), own_rows(d.k, 0), Jang(3, d.nv) {
+    for (int i = 0; i < d.k; ++i) body[i] = engine_contact_body(*e, i);
+    bodies.reserve(d.k);
+  }
+
+  // ContactSet.held_rows: one rigid-body constraint per body with several held points
+  // (at a contact switch only; the vectors were reserved at construction)
+  void plan_bodies(const std::uint8_t* active) {
+    bodies.clear();
+    held_rows = 0;
+    for (int i = 0; i < d.k; ++i) {
+      const bool held = active[i] && !released[i];
+      own_rows[i] = held;
+      held_rows += held ? 3 : 0;
+    }
+    for (int i = 0; i < d.k; ++i) {
+      if (!own_rows[i]) continue;
+      int second = -1, far = -1, members = 1;
+      double far_sq = -1.0;
+      const Eigen::Vector3d p0 = engine_contact_position(*engine, i);
+      for (int j = i + 1; j < d.k; ++j) {
+        if (!(active[j] && !released[j]) || body[j] != body[i]) continue;
+        ++members;
+        if (second < 0) second = j;
+        const double sq = (engine_contact_position(*engine, j) - p0).squaredNorm();
+        if (sq > far_sq) far_sq = sq, far = j;
+      }
+      if (members < 2) continue;
+      const Eigen::Vector3d line = engine_contact_position(*engine, far) - p0;
+      bool planar = false;
+      for (int j = i + 1; j < d.k; ++j) {
+        if (!(active[j] && !released[j]) || body[j] != body[i]) continue;
+        own_rows[j] = 0;
+        planar |= line.cross(engine_contact_position(*engine, j) - p0).norm() > COLLINEAR_M2;
+      }
+      const int n_angular = planar ? 3 : 2;
+      held_rows -= 3 * (members - 1) - n_angular;
+      bodies.push_back({i, second, n_angular, far});
+    }
+  }
+
+  // WbcQp._body_rows: the body's angular rows in its second point's rows
+  void body_rows(const Terms& t, const std::array<int, 4>& b, double contact_gain) {
+    const int r = d.nb + 3 * b[1];
+    engine_contact_angular(*engine, b[0], Jang, dang);
+    a = -dang;
+    if (contact_gain != 0.0) a.noalias() -= contact_gain * (Jang * t.v);
+    if (b[2] == 3) {
+      qp.A.block(r, 0, 3, d.nv) = Jang;
+      qp.b.segment<3>(r) = a;
+      return;
+    }
+    // across the line ref → far (tangent_basis of contacts.py: its first two rows)
+    const Eigen::Vector3d n = (engine_contact_position(*engine, b[3]) - engine_contact_position(*engine, b[0])).normalized();
+    const Eigen::Vector3d helper = std::abs(n.x()) < 0.9 ? Eigen::Vector3d::UnitX() : Eigen::Vector3d::UnitY();
+    const Eigen::Vector3d t1 = helper.cross(n).normalized(), t2 = n.cross(t1);
+    qp.A.row(r).head(d.nv).noalias() = t1.transpose() * Jang;
+    qp.A.row(r + 1).head(d.nv).noalias() = t2.transpose() * Jang;
+    qp.A.row(r + 2).head(d.nv).setZero();
+    qp.b[r] = t1.dot(a);
+    qp.b[r + 1] = t2.dot(a);
+    qp.b[r + 2] = 0.0;
+  }
 
   // WbcQp._contact_rows_least_squares: rank of the contact rows J q̈ = b (QR with column
   // pivoting) and the largest residual of their least-squares solution, b − Q_r Q_rᵀ b
@@ -321,8 +396,9 @@ int wbc_solve(Wbc& w, const double* qdd_des_p, const std::uint8_t* active, long 
     qp.A.block(0, nv, nb, n) = -t.J.leftCols(nb).transpose();
     qp.b.head(nb) = -inv_m * t.h.head(nb);
   }
+  if (version != w.version) w.plan_bodies(active);
   for (int i = 0; i < k; ++i) {
-    if (active[i] && !w.released[i]) {  // a released contact keeps its bounded force, not its point
+    if (w.own_rows[i]) {  // a released contact keeps its bounded force, not its point
       qp.A.block(nb + 3 * i, 0, 3, nv) = t.J.middleRows<3>(3 * i);
       qp.b.segment<3>(nb + 3 * i) = -t.drift.row(i).transpose();
       if (contact_gain != 0.0) qp.b.segment<3>(nb + 3 * i).noalias() -= contact_gain * (t.J.middleRows<3>(3 * i) * t.v);
@@ -331,6 +407,7 @@ int wbc_solve(Wbc& w, const double* qdd_des_p, const std::uint8_t* active, long 
       qp.b.segment<3>(nb + 3 * i).setZero();
     }
   }
+  for (const auto& b : w.bodies) w.body_rows(t, b, contact_gain);  // flat feet: one rigid-body constraint each
   // inequalities: friction (rebuilt when the active set changed), torque limits
   const int n_fr = PYRAMID_ROWS * k;
   const bool switched = version != w.version;
@@ -355,7 +432,7 @@ int wbc_solve(Wbc& w, const double* qdd_des_p, const std::uint8_t* active, long 
   int inconsistent = -1;  // unknown
   if (switched) {
     inconsistent = w.contact_rows_residual(rank) > inconsistent_above;
-    w.redundant_contacts = rank < 3 * n_active;
+    w.redundant_contacts = rank < w.held_rows;
   } else if (w.redundant_contacts) {
     inconsistent = w.contact_rows_residual(rank) > inconsistent_above;
   }
@@ -416,10 +493,15 @@ int wbc_solve(Wbc& w, const double* qdd_des_p, const std::uint8_t* active, long 
   }
   if (elastic) {
     ++w.contacts_elastic;
-    w.left.noalias() = qp.A.block(nb, 0, n, nv) * qdd;
-    w.left -= qp.b.segment(nb, n);
     double worst = 0.0;
-    for (int i = 0; i < k; ++i) worst = std::max(worst, w.left.segment<3>(3 * i).norm());
+    // per held point, whatever its rows (a flat foot's body rows): J_i q̈ + J̇_i v (+ k_c J_i v)
+    for (int i = 0; i < k; ++i) {
+      if (!(active[i] && !w.released[i])) continue;
+      w.a.noalias() = t.J.middleRows<3>(3 * i) * qdd;
+      w.a += t.drift.row(i).transpose();
+      if (contact_gain != 0.0) w.a.noalias() += contact_gain * (t.J.middleRows<3>(3 * i) * t.v);
+      worst = std::max(worst, w.a.norm());
+    }
     info[5] = worst;
   }
   return status;
