@@ -1,8 +1,8 @@
 """End-to-end timing of the controller node through real DDS, one run per loop design.
 
-    /work/venv/bin/python bench/ros_loop.py 60 --rounds 3 --json results/ros_loop.json
+    .venv/bin/python bench/ros_loop.py 60 --rounds 3 --json results/ros_loop.json
 
-For each ``loop_mode`` (native, triggered, deadline, thread, events, timer) it starts the node in its own
+For each ``loop_mode`` (native, triggered) it starts the node in its own
 process (``python -m idyn_control.ros.controller_node`` with a robot YAML) and, in this
 process, a 1 kHz publisher of /joint_states, /odom and ~/contact_states (Solo12 standing)
 plus subscribers, all in one thread (publishing from the spin loop: no GIL hand-offs
@@ -23,7 +23,7 @@ Three latencies are reported:
   Each input counts once, at its first command. Pooled over the measured window from the
   node's cumulative histogram in /diagnostics (``HIST_BIN_US`` bins; each percentile is the
   upper edge of its bin). It includes the executor wake-up and Python dispatch of the
-  input, the wait for the tick (deadline modes) and the tick; it excludes the wire and the
+  input, and the tick; it excludes the wire and the
   command's own delivery to the effort controller (which is C++ on a robot).
   ``in_node_split_us`` splits it (last /diagnostics window of each round): dispatch =
   middleware receive → Python callback start, wait = callback start → tick start.
@@ -85,7 +85,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = ("native", "triggered", "deadline", "thread", "events", "timer")  # "<mode>@<prio>" adds SCHED_FIFO priority
+MODES = ("native", "triggered")  # "<mode>@<prio>" adds SCHED_FIFO priority
 
 
 def percentiles(x, ps=(50, 99, 99.9)):

@@ -38,7 +38,7 @@ NODE_NAME = "idyn_controller"
 BOOL, INT, DOUBLE, STRING = "bool", "integer", "double", "string"
 DOUBLE_ARRAY, STRING_ARRAY, INT_ARRAY, BOOL_ARRAY = "double_array", "string_array", "integer_array", "bool_array"
 
-LOOP_MODES = ("deadline", "thread", "events", "timer", "triggered", "native")
+LOOP_MODES = ("triggered", "native")
 FLOATING_BASE = ("auto", "floating", "fixed")
 TWIST_FRAMES = ("child", "parent")
 FORMULATION_OPTIONS = "formulation_options."
@@ -169,16 +169,13 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "loop design: native = one tick per /joint_states message on a compiled loop thread "
               "(the routine tick runs without Python, anything else falls back to the triggered "
               "tick on that thread; needs the compiled loop, which the package's build makes when ROS 2 "
-              "is installed first, else triggered with a warning; lowest input → command latency); triggered = the same in the executor's "
-              "/joint_states callback, in Python (the state publisher's clock drives the loop, like "
-              "ros2_control's read → update → write); deadline = one thread serving callbacks until "
-              "each absolute deadline, then the tick; thread = a loop thread sleeping to absolute "
-              "deadlines beside the executor thread; events/timer = rclpy timer on the "
-              "EventsExecutor/SingleThreadedExecutor",
+              "is installed first, else triggered with a warning; lowest input → command latency); "
+              "triggered = the same in the executor's /joint_states callback, in Python (the state "
+              "publisher's clock drives the loop, like ros2_control's read → update → write)",
               read_only=True, choices=LOOP_MODES),
     ParamSpec("loop_priority", 50, INT,
-              "SCHED_FIFO priority of the loop thread (native and thread modes) or of the executor "
-              "thread (other modes), as ros2_control's thread_priority (same default); 0 = normal "
+              "SCHED_FIFO priority of the compiled loop thread (native) or of the executor "
+              "thread (triggered), as ros2_control's thread_priority (same default); 0 = normal "
               "scheduling; needs CAP_SYS_NICE or an rtprio limit, else a warning and normal scheduling",
               (0, 99), read_only=True),
     ParamSpec("middleware_priority", 49, INT,

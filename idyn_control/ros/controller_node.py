@@ -38,19 +38,18 @@ Loop designs (``loop_mode``; measured by ``bench/ros_loop.py``):
   routine tick. Odometry, contact estimates and /cmd_vel still arrive through the executor
   and are copied to the loop (data writes, no Python tick). Without the
   compiled loop (not built, no ROS 2 headers) the node runs ``triggered`` with a warning.
-- ``triggered``: one tick per /joint_states message, run in its callback as soon
-  as it arrives (the hardware or simulator clock drives the loop, like ros2_control's
-  read → update → write; the state publisher must run at ``update_rate``); a timer covers a
-  silent input (watchdog). No wait between input and tick: the lowest input → command
-  latency and the fewest misses of the Python designs measured on our 2-core VM. A miss is a
-  tick whose command left more than one period after its input's callback started.
-- ``deadline``: single-threaded. :meth:`ControllerNode.spin` serves executor callbacks
-  (EventsExecutor) until each absolute deadline, busy-waits the last ``SPIN_MARGIN_S``,
-  serves the callbacks that arrived meanwhile, then ticks. The node's own clock sets the
-  rate; an input waits up to a period for its tick. Whole periods lost are counted and
-  skipped (phase kept).
-- ``thread``: a loop thread sleeping to absolute deadlines beside the executor thread.
-- ``events`` / ``timer``: an rclpy timer on the EventsExecutor / SingleThreadedExecutor.
+- ``triggered``: the Python twin of ``native``, and its fallback: one tick per
+  /joint_states message, run in its executor callback as soon as it arrives (the hardware
+  or simulator clock drives the loop, like ros2_control's read → update → write; the state
+  publisher must run at ``update_rate``); a timer covers a silent input (watchdog). A miss
+  is a tick whose command left more than one period after its input's callback started.
+
+Designs that tick on the node's own clock (a deadline loop between executor callbacks, a
+loop thread, rclpy timers on either executor) were measured beside these two by
+``bench/ros_loop.py`` and lost on every measure (an input waits up to a period for its tick;
+Solo12 standing, 20 s each, loaded 2-core VM: node misses 10-80 % against triggered's 1.9 %
+and native's 0.6 %, input → command p50 0.55-2.1 ms against 0.54 and 0.21 ms); they were
+removed.
 
 The path /joint_states → command is kept short: /joint_states is subscribed raw and read
 from its CDR bytes (:meth:`.JointStateReader.read_serialized`: no Python message object),
@@ -132,7 +131,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped, TwistStamped, WrenchStamped
 from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import SetParametersResult
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.executors import ExternalShutdownException
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -156,8 +155,6 @@ REFERENCE_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability
 COMMAND_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE)
 MONITOR_QOS = QoSProfile(depth=5, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE)
 
-SPIN_MARGIN_S = 150e-6   # wait (sleep / executor) until this long before a deadline, then spin-wait
-OVERLOAD_CALLBACKS = 3   # deadline mode: callbacks served before a tick that found no slack
 GC_EVERY_TICKS = 1000    # collect young generations this often, when the tick left slack
 GC_SLACK_S = 300e-6
 LOG_THROTTLE_S = 2.0
@@ -234,9 +231,7 @@ class ControllerNode(LifecycleNode):
                       "contacts.desired_wrench_timeout", "contacts.max_desired_force")}
         self.ctrl: Controller | None = None
         self._mode = OFF
-        self._loop_thread: threading.Thread | None = None
         self._loop_running = False
-        self._timer = None
         self._watchdog_timer = None
         self._rt = None        # native.rt.RtLoop while loop_mode native runs
         self._rt_sub = None    # its /joint_states subscription (not the executor's)
@@ -249,8 +244,6 @@ class ControllerNode(LifecycleNode):
         self._rt_tick = None  # native.tick.Tick of the compiled loop (rt.plan_for)
         self._rt_monitor_key = None  # (compiled tick, decimation) the compiled loop's monitoring was set for
         self._last_fast = False
-        self._ticks_seen = 0
-        self._next_deadline = 0.0
         self._entities: list = []  # publishers and subscriptions created at configure
         self._log_times: dict[str, float] = {}
         self.rejected_parameters = 0
@@ -561,12 +554,11 @@ class ControllerNode(LifecycleNode):
 
     # ================================================================== loop designs
     def make_executor(self):
-        """The executor this node's loop design needs (thread: callbacks only, tick elsewhere)."""
-        if self.loop_mode in ("events", "triggered", "thread", "deadline", "native"):
-            from rclpy.experimental import EventsExecutor
+        """The executor the node runs on: the EventsExecutor (the lowest dispatch cost of
+        rclpy's executors, measured by bench/ros_loop.py)."""
+        from rclpy.experimental import EventsExecutor
 
-            return EventsExecutor()
-        return SingleThreadedExecutor()
+        return EventsExecutor()
 
     def _start_loop(self) -> None:
         if self._loop_running:
@@ -578,24 +570,12 @@ class ControllerNode(LifecycleNode):
         loop_cpu = self._native_loop_cpu()
         self._prioritize_middleware(loop_cpu)
         self._lock_memory()
-        if self.loop_mode == "thread":
-            self._loop_thread = threading.Thread(target=self._run_thread, name="idyn_loop", daemon=True)
-            self._loop_thread.start()
-            return
         if self.loop_mode == "native":  # the compiled loop's own thread ticks; the executor serves the rest
             self._start_native_loop(loop_cpu)
-            self._watchdog_timer = self.create_timer(WATCHDOG_TIMER_S, self._on_watchdog_timer)
-            return
-        self._set_priority()  # the executor thread runs the tick
-        if self.loop_mode == "deadline":  # ticked by spin() between executor callbacks
-            self._next_deadline = time.monotonic() + self.period_s
-            self._ticks_seen = self._stats.n
-            self._watchdog_timer = self.create_timer(1.0, self._check_deadline_loop)
-            return
-        if self.loop_mode in ("timer", "events"):
-            self._timer = self.create_timer(self.period_s, self._on_timer)
-        else:  # triggered: ticks come from /joint_states; a slow timer covers a silent input
-            self._watchdog_timer = self.create_timer(WATCHDOG_TIMER_S, self._on_watchdog_timer)
+        else:
+            self._set_priority()  # triggered: the executor thread runs the tick
+        # ticks come from /joint_states; a timer covers a silent input
+        self._watchdog_timer = self.create_timer(WATCHDOG_TIMER_S, self._on_watchdog_timer)
 
     def _native_loop_cpu(self) -> int | None:
         """native mode: the CPU of the loop thread and the middleware's threads (``loop_cpu``), or None."""
@@ -652,13 +632,9 @@ class ControllerNode(LifecycleNode):
                 self._rt_drain(rt_loop)
             self._rt = None
             rt_loop.close()
-        if self._loop_thread is not None:
-            self._loop_thread.join(timeout=2.0)
-            self._loop_thread = None
-        for timer in (self._timer, self._watchdog_timer):
-            if timer is not None:
-                self.destroy_timer(timer)
-        self._timer = self._watchdog_timer = None
+        if self._watchdog_timer is not None:
+            self.destroy_timer(self._watchdog_timer)
+            self._watchdog_timer = None
         gc.enable()
 
     def _pin_cpus(self) -> None:
@@ -748,83 +724,9 @@ class ControllerNode(LifecycleNode):
                                 f"{type(exc).__name__}: {exc}")
 
     def spin(self, executor) -> None:
-        """Run the executor until shutdown; in ``deadline`` mode also the control loop.
-
-        Deadline mode is single-threaded (no GIL hand-offs): the time until the next
-        absolute deadline is spent in ``executor.spin_once(timeout)`` serving callbacks
-        (inputs, services, parameters), the last SPIN_MARGIN_S in a busy wait, then the
-        tick runs. Whole periods lost are counted as misses and skipped, keeping the phase.
-        """
-        served = False
+        """Run the executor until shutdown, surviving any callback's failure (_spin_once)."""
         while rclpy.ok(context=self.context):
-            if self.loop_mode != "deadline" or not self._loop_running:
-                self._spin_once(executor, 0.1)
-                continue
-            period = self.period_s
-            deadline = self._next_deadline
-            remaining = deadline - time.monotonic()
-            if remaining > SPIN_MARGIN_S:
-                self._spin_once(executor, remaining - SPIN_MARGIN_S)
-                served = True
-                continue  # re-check the clock after every callback
-            if not served:  # no slack this period (overload): inputs must still progress, ticks slip
-                for _ in range(OVERLOAD_CALLBACKS):
-                    self._spin_once(executor, 0.0)
-            while time.monotonic() < deadline:
-                pass
-            served = False
-            if not self._loop_running:  # a callback just stopped the loop
-                continue
-            self._tick(deadline)
-            deadline += period
-            behind = time.monotonic() - deadline
-            if behind >= period:
-                slots = int(behind / period)
-                self._stats.skip(slots)
-                deadline += slots * period
-            self._next_deadline = deadline
-            self._maybe_collect(deadline)
-
-    def _run_thread(self) -> None:
-        """Dedicated loop: absolute deadlines, sleep then a short spin-wait, skip when behind."""
-        self._set_priority()
-        period = self.period_s
-        deadline = time.monotonic() + period
-        while self._loop_running:
-            remaining = deadline - time.monotonic()
-            if remaining > SPIN_MARGIN_S:
-                time.sleep(remaining - SPIN_MARGIN_S)
-            while time.monotonic() < deadline:
-                pass
-            self._tick(deadline)
-            deadline += period
-            behind = time.monotonic() - deadline
-            if behind >= period:  # whole slots lost: count them, keep the phase
-                slots = int(behind / period)
-                self._stats.skip(slots)
-                deadline += slots * period
-            self._maybe_collect(deadline)
-
-    def _on_timer(self) -> None:
-        now = time.monotonic()
-        scheduled = self._last_scheduled + self.period_s
-        behind = now - scheduled
-        if behind >= self.period_s:  # rcl skips timer periods it could not honour
-            slots = int(behind / self.period_s)
-            self._stats.skip(slots)
-            scheduled += slots * self.period_s
-        elif behind < -0.5 * self.period_s:  # timer phase differs from ours: re-anchor
-            scheduled = now
-        self._last_scheduled = scheduled
-        self._tick(scheduled)
-        self._maybe_collect(scheduled + self.period_s)
-
-    def _check_deadline_loop(self) -> None:
-        """Deadline mode ticks only inside :meth:`spin`; say so if someone spins otherwise."""
-        if self._loop_running and self._stats.n == self._ticks_seen:
-            self._log_throttled("deadline", "loop_mode deadline: no tick in 1 s: spin this node with "
-                                "ControllerNode.spin(executor), not rclpy.spin()")
-        self._ticks_seen = self._stats.n
+            self._spin_once(executor, 0.1)
 
     def _on_watchdog_timer(self) -> None:
         now = time.monotonic()
@@ -1082,7 +984,7 @@ class ControllerNode(LifecycleNode):
             self._q_ref_full[:] = ctrl.q_ref
             self._need_reset = False
             self._base_ref = None
-            with self._lock:  # a deactivate from the executor thread (thread mode) wins
+            with self._lock:  # a deactivate from the executor thread (native mode) wins
                 if self._mode == WAITING:
                     self._mode = ACTIVE
         self._apply_references()
@@ -1385,7 +1287,7 @@ class ControllerNode(LifecycleNode):
             if self._in_rx_ns:
                 self._stats.overwritten_inputs += 1
             self._in_rx_ns, self._in_cb_ns = received_ns, callback_ns
-        if self.loop_mode in ("triggered", "native") and self._loop_running:
+        if self._loop_running:
             self._last_scheduled = now
             self._tick(now)
             self._maybe_collect(now + self.period_s)
