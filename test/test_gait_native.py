@@ -176,3 +176,70 @@ def test_compiled_tick_hands_a_failed_solve_back_unchanged(load_robot):
     for now, before in zip((ctrl.transitions.held, ctrl.transitions.bound, ctrl.formulation.contacts.active), held):
         np.testing.assert_array_equal(now, before)
     assert int(tick.version[0]) == version
+
+
+@pytest.mark.parametrize("velocities", [True, False], ids=["cubic", "linear"])
+def test_compiled_tick_samples_a_joint_trajectory_as_the_node_does(velocities):
+    """A running ~/joint_reference trajectory is sampled by the compiled tick into the
+    node's full references and the controller's, exactly as the node's Python tick does
+    (JointTrajectoryReference.sample and set_joint_reference): the same bits at every
+    time, before, inside and after its points; at its end the tick hands over (status 3,
+    nothing written) so the Python tick ends it. A trajectory moves the torques as the
+    Python controller does on the same references."""
+    from builtin_interfaces.msg import Duration
+    from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+    from idyn_control import robots
+    from idyn_control.ros.conversions import JointTrajectoryReference
+
+    model = robots.load("solo12")
+    q0 = robots.standing_configuration(model, "solo12")
+    ctrl = Controller(model, ControllerConfig(formulation="wbc_qp"))
+    ctrl.reset(q0, np.zeros(model.nv))
+    full = [ctrl.q_ref.copy(), np.zeros(model.na), np.zeros(model.na)]  # the node's _q_ref_full, ...
+    msg = JointTrajectory(joint_names=["FL_KFE", "HR_HFE", "FR_HAA"])
+    rng = np.random.default_rng(3)
+    for i, t in enumerate((0.1, 0.35, 0.6, 1.0)):
+        point = JointTrajectoryPoint(positions=list(full[0][[2, 10, 3]] + rng.normal(0.0, 0.2, 3)),
+                                     time_from_start=Duration(nanosec=int(t * 1e9)))
+        if velocities:
+            point.velocities = list(rng.normal(0.0, 1.0, 3))
+        msg.points.append(point)
+    start = 1_700_000_000_123_456_789  # a system-clock time [ns]
+    traj, reason = JointTrajectoryReference.from_msg(msg, model, start, full[0])
+    assert reason is None
+    python = JointTrajectoryReference.from_msg(msg, model, start, full[0])[0]
+    tick = Tick(ctrl, None)
+    tick.set_trajectory(traj, *full)
+    tick.plan()
+    tau = np.zeros(model.na)
+    for dt_ns in (*range(-5_000_000, 1_000_000_000, 7_777_777), 999_999_999):
+        now = start + dt_ns
+        assert tick.sample_trajectory(now)
+        assert python.sample(now)
+        want = [r.copy() for r in full]
+        for r, part in zip(want, (python.q, python.v, python.a)):
+            r[python.index] = part
+        for got, expected, ctrl_ref in zip(full, want, (ctrl.q_ref, ctrl.v_ref, ctrl.a_ref)):
+            np.testing.assert_array_equal(got, expected)
+            np.testing.assert_array_equal(ctrl_ref, expected)
+    assert not tick.sample_trajectory(start + 1_000_000_000)  # over: the Python tick ends it
+    # in a tick (on the system clock): a trajectory that starts now moves the command
+    import time
+
+    traj_now, _ = JointTrajectoryReference.from_msg(msg, model, time.time_ns(), full[0])
+    tick.set_trajectory(traj_now, *full)
+    tick.plan()
+    mask = np.ones(len(model.contacts), dtype=bool)
+    assert tick.run(0.0, q0, np.zeros(model.nv), mask, 0.0, tau) == 0
+    reference = Controller(model, ControllerConfig(formulation="wbc_qp"))
+    reference.reset(q0, np.zeros(model.nv))
+    reference.set_joint_reference(ctrl.q_ref, ctrl.v_ref, ctrl.a_ref)  # what the tick sampled
+    np.testing.assert_allclose(tau, reference.update(q0, np.zeros(model.nv), mask).tau, atol=1e-6)
+    standing = Controller(model, ControllerConfig(formulation="wbc_qp"))
+    standing.reset(q0, np.zeros(model.nv))
+    assert np.abs(tau - standing.update(q0, np.zeros(model.nv), mask).tau).max() > 0.01
+    traj_over, _ = JointTrajectoryReference.from_msg(msg, model, time.time_ns() - 2 * 10**9, full[0])
+    tick.set_trajectory(traj_over, *full)
+    tick.plan()
+    assert tick.run(0.0, q0, np.zeros(model.nv), mask, 0.0, tau) == 3

@@ -64,10 +64,11 @@ void idyn_gait_stop(void* g);
 void idyn_gait_command(void* g, double vx, double vy, double yaw_rate, double now);
 
 // tick.cpp: one controller tick (native/tick.py SLOTS, VALUES)
-#define IDYN_TICK_SLOTS 38
-#define IDYN_TICK_VALUES 11
+#define IDYN_TICK_SLOTS 52
+#define IDYN_TICK_VALUES 13
 void* idyn_tick_new(const std::uint64_t* slots, const double* values);
 void idyn_tick_free(void* t);
+int idyn_tick_sample_trajectory(void* t, std::int64_t now_ns);
 void idyn_tick_plan(void* t, const std::uint64_t* slots, const double* values);
 int idyn_tick_run(void* t, double time, const double* q, const double* v, const std::uint8_t* mask, double now,
                   double* tau, int* saturated);

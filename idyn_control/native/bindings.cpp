@@ -432,6 +432,7 @@ PYBIND11_MODULE(_native, m) {
       .def("plan", [](Tick& t, const py::array& slots, const py::array& values) {
         idyn_tick_plan(t.handle, Tick::slots_of(slots), Tick::values_of(values));
       })
+      .def("sample_trajectory", [](Tick& t, std::int64_t now_ns) { return idyn_tick_sample_trajectory(t.handle, now_ns); })
       .def("run",  // (status, joints saturated); τ into tau
            [](Tick& t, double time, const py::object& q, const py::object& v, const py::object& mask, double now,
               const py::object& tau) {

@@ -237,6 +237,8 @@ def plan_for(node, gait=None) -> tuple[dict[str, int], dict[str, float], bytes] 
     tick = prepare(node, gait)
     if tick is None:
         return None
+    # a running joint trajectory: sampled by the compiled tick, into the node's references
+    tick.set_trajectory(node._trajectory, node._q_ref_full, node._v_ref_full, node._a_ref_full)
     tick.plan()
     m = node.model
     slots = {

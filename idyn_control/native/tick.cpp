@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -36,11 +37,14 @@ enum Slot {
   T_ENGINE, T_LAYER_ARGS0, T_LAYER_ARGS6 = T_LAYER_ARGS0 + 6, T_SOLVER, T_SOLVER_A0, T_SOLVER_A1, T_SOLVER_A2,
   T_SOLVER_A3, T_SOLVER_TASKS, T_SOLVER_OUT0, T_SOLVER_OUT1, T_SOLVER_OUT2, T_SOLVER_OUT3, T_TERMS_Q, T_TERMS_V,
   T_JOINT_Q_INDEX, T_CTRL_QDD_DES, T_F_QDD_DES, T_FORCES, T_F_TAU, T_TAU_LIMIT, T_TAU_PREV, T_SWING, T_ACTIVE,
-  T_MAX_NORMAL_FORCE, T_RELEASED, T_BASIS, T_BOUND, T_RATE, T_REQUESTED, T_HELD, T_VERSION, T_GAIT, T_COUNT
+  T_MAX_NORMAL_FORCE, T_RELEASED, T_BASIS, T_BOUND, T_RATE, T_REQUESTED, T_HELD, T_VERSION, T_GAIT,
+  // the running joint trajectory (JointTrajectoryReference; index 0: none) and the references it writes
+  T_TRAJ_INDEX, T_TRAJ_TIMES, T_TRAJ_POS, T_TRAJ_VEL, T_TRAJ_START, T_TRAJ_Q, T_TRAJ_V, T_TRAJ_A, T_REF_Q, T_REF_V,
+  T_REF_A, T_CTRL_Q_REF, T_CTRL_V_REF, T_CTRL_A_REF, T_COUNT
 };
 // native/tick.py VALUES, in order
 enum Value { V_NQ, V_NV, V_NB, V_NA, V_K, V_SOLVER_KIND, V_N_TASKS, V_RATE_STEP, V_RAMP_TIME, V_DT, V_FORCE_SCALE,
-             V_COUNT };
+             V_TRAJ_K, V_TRAJ_N, V_COUNT };
 enum SolverKind { QP_CONTACT = 0, WBC = 1, RNEA = 2 };
 
 static_assert(T_COUNT == IDYN_TICK_SLOTS && V_COUNT == IDYN_TICK_VALUES, "api.h's tick layout");
@@ -140,8 +144,63 @@ void restore(Tick& T) {
   if (T.p[T_GAIT]) idyn_gait_undo(T.p[T_GAIT]);
 }
 
+// JointTrajectoryReference.sample (ros/conversions.py) and the node's _apply_references
+// (ros/node_loop.py), line for line: the running trajectory's references at now_ns (the
+// node's clock) into its joints of the node's full references, which go to the controller.
+// false, and nothing written, once it is over (the Python tick ends it).
+bool sample_trajectory(Tick& T, std::int64_t now_ns) {
+  const int kt = int(T.val[V_TRAJ_K]), n = int(T.val[V_TRAJ_N]), na = int(T.val[V_NA]);
+  const double* times = T.at<double>(T_TRAJ_TIMES);
+  const double* pos = T.at<double>(T_TRAJ_POS);  // n × kt
+  const double* vel = T.at<double>(T_TRAJ_VEL);  // n × kt, or none: linear
+  double* q = T.at<double>(T_TRAJ_Q);
+  double* v = T.at<double>(T_TRAJ_V);
+  double* a = T.at<double>(T_TRAJ_A);
+  const double t = double(now_ns - *T.at<std::int64_t>(T_TRAJ_START)) * 1e-9;
+  if (t >= times[n - 1]) return false;
+  if (t <= times[0]) {
+    for (int j = 0; j < kt; ++j) q[j] = pos[j], v[j] = vel ? vel[j] : 0.0, a[j] = 0.0;
+  } else {
+    const int i = int(std::upper_bound(times, times + n, t) - times) - 1;
+    const double h = times[i + 1] - times[i];
+    const double s = (t - times[i]) / h;
+    const double* p0 = pos + i * kt;
+    const double* p1 = p0 + kt;
+    if (!vel) {
+      for (int j = 0; j < kt; ++j) q[j] = p0[j] + s * (p1[j] - p0[j]), v[j] = (p1[j] - p0[j]) / h, a[j] = 0.0;
+    } else {  // cubic Hermite on s ∈ [0, 1]
+      const double s2 = s * s, s3 = s * s * s;
+      const double c0 = 2 * s3 - 3 * s2 + 1, c1 = s3 - 2 * s2 + s, c2 = -2 * s3 + 3 * s2, c3 = s3 - s2;
+      const double d0 = 6 * s2 - 6 * s, d1 = 3 * s2 - 4 * s + 1, d2 = -6 * s2 + 6 * s, d3 = 3 * s2 - 2 * s;
+      const double e0 = 12 * s - 6, e1 = 6 * s - 4, e2 = -12 * s + 6, e3 = 6 * s - 2;
+      for (int j = 0; j < kt; ++j) {
+        const double m0 = vel[i * kt + j] * h, m1 = vel[(i + 1) * kt + j] * h;
+        q[j] = c0 * p0[j] + c1 * m0 + c2 * p1[j] + c3 * m1;
+        v[j] = (d0 * p0[j] + d1 * m0 + d2 * p1[j] + d3 * m1) / h;
+        a[j] = (e0 * p0[j] + e1 * m0 + e2 * p1[j] + e3 * m1) / (h * h);
+      }
+    }
+  }
+  const std::int64_t* index = T.at<std::int64_t>(T_TRAJ_INDEX);
+  double* qf = T.at<double>(T_REF_Q);
+  double* vf = T.at<double>(T_REF_V);
+  double* af = T.at<double>(T_REF_A);
+  for (int j = 0; j < kt; ++j) qf[index[j]] = q[j], vf[index[j]] = v[j], af[index[j]] = a[j];
+  std::memcpy(T.p[T_CTRL_Q_REF], qf, sizeof(double) * na);  // Controller.set_joint_reference
+  std::memcpy(T.p[T_CTRL_V_REF], vf, sizeof(double) * na);
+  std::memcpy(T.p[T_CTRL_A_REF], af, sizeof(double) * na);
+  return true;
+}
+
+std::int64_t realtime_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return std::int64_t(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
 // The tick; see the file comment. Returns 0 (τ written), 1 (the solve failed or was not
-// finite) or 2 (bad state): on non-zero nothing changed but the formulation's outputs.
+// finite), 2 (bad state) or 3 (the joint trajectory ends: the Python tick ends it): on
+// non-zero nothing changed but the formulation's outputs (and a trajectory's references).
 int run(Tick& T, double t, const double* q, const double* v, const std::uint8_t* mask, double now, double* tau,
         int* saturated) {
   const int nq = int(T.val[V_NQ]), nv = int(T.val[V_NV]), nb = int(T.val[V_NB]), na = int(T.val[V_NA]),
@@ -152,6 +211,9 @@ int run(Tick& T, double t, const double* q, const double* v, const std::uint8_t*
     norm = std::sqrt(q[3] * q[3] + q[4] * q[4] + q[5] * q[5] + q[6] * q[6]);
     if (!(norm >= 1e-9)) return 2;
   }
+  // a running joint trajectory, on the node's clock (CLOCK_REALTIME: the node hands it here
+  // only when its ROS clock is the system clock)
+  if (T.p[T_TRAJ_INDEX] && !sample_trajectory(T, realtime_ns())) return 3;
   save(T);
   if (T.p[T_GAIT]) idyn_gait_drive(T.p[T_GAIT], t, q, v, mask, now);  // the references of this tick
   hold_contacts(T, mask);
@@ -239,6 +301,13 @@ void* idyn_tick_new(const std::uint64_t* slots, const double* values) {
 }
 
 void idyn_tick_free(void* h) { delete static_cast<Tick*>(h); }
+
+// The running joint trajectory's references at now_ns [ns, the node's clock], as a tick
+// writes them: 1, or 0 once it is over (tests: against the Python tick's).
+int idyn_tick_sample_trajectory(void* h, std::int64_t now_ns) {
+  Tick& T = *static_cast<Tick*>(h);
+  return T.p[T_TRAJ_INDEX] ? int(sample_trajectory(T, now_ns)) : 0;
+}
 
 // The buffers and settings of the next ticks (after a Python tick; same sizes).
 void idyn_tick_plan(void* h, const std::uint64_t* slots, const double* values) {

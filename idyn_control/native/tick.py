@@ -22,9 +22,13 @@ from . import NativeUnavailable, QpContact, Rnea, Wbc, _addr, load
 SLOTS = ("engine", *(f"layer_arg{i}" for i in range(7)), "solver", "solver_a0", "solver_a1", "solver_a2",
          "solver_a3", "solver_tasks", "solver_out0", "solver_out1", "solver_out2", "solver_out3", "terms_q", "terms_v",
          "joint_q_index", "ctrl_qdd_des", "f_qdd_des", "forces", "f_tau", "tau_limit", "tau_prev", "swing", "active",
-         "max_normal_force", "released", "basis", "bound", "rate", "requested", "held", "version", "gait")
+         "max_normal_force", "released", "basis", "bound", "rate", "requested", "held", "version", "gait",
+         "traj_index", "traj_times", "traj_pos", "traj_vel", "traj_start", "traj_q", "traj_v", "traj_a", "ref_q",
+         "ref_v", "ref_a", "ctrl_q_ref", "ctrl_v_ref", "ctrl_a_ref")
+TRAJECTORY_SLOTS = SLOTS[SLOTS.index("traj_index"):]
 #: tick.cpp Value, in order
-VALUES = ("nq", "nv", "nb", "na", "k", "solver_kind", "n_tasks", "rate_step", "ramp_time", "dt", "force_scale")
+VALUES = ("nq", "nv", "nb", "na", "k", "solver_kind", "n_tasks", "rate_step", "ramp_time", "dt", "force_scale",
+          "traj_k", "traj_n")
 
 def function_address() -> int:
     """Address of ``idyn_tick_run`` (the node's compiled loop calls it)."""
@@ -61,6 +65,10 @@ class Tick:
         self._slots = np.zeros(len(SLOTS), dtype=np.uint64)
         self._values = np.zeros(len(VALUES))
         self.saturated = 0  # joints clamped to their effort limit by the last run
+        # a running joint trajectory (ros.conversions.JointTrajectoryReference) and the node's
+        # full references it writes, kept alive here while the compiled ticks sample it
+        self.trajectory = None
+        self._references: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._mask = np.zeros(f.contacts.size, dtype=np.uint8)
         self._write_slots()
         self._write_values()
@@ -74,6 +82,17 @@ class Tick:
         return (c is self.controller and c.formulation is self.formulation and gait is self.gait
                 and c._native_layer is self.layer and self.layer.valid() and c.qdd_des is self.layer.qdd
                 and (gait is None or gait.valid()))
+
+    def set_trajectory(self, trajectory, q_ref: np.ndarray, v_ref: np.ndarray, a_ref: np.ndarray) -> None:
+        """The joint trajectory the next compiled ticks sample (None: none), on the node's
+        clock, and the node's full references (na) it writes before they go to the
+        controller, as the node's Python tick does; takes effect at :meth:`plan`."""
+        self.trajectory = trajectory
+        self._references = (q_ref, v_ref, a_ref) if trajectory is not None else None
+
+    def sample_trajectory(self, now_ns: int) -> bool:
+        """What a compiled tick writes for the planned trajectory at ``now_ns`` (tests)."""
+        return bool(self._ext.sample_trajectory(int(now_ns)))
 
     def _write_slots(self) -> None:
         ctrl, f, solver, layer = self.controller, self.formulation, self.solver, self.layer
@@ -94,9 +113,21 @@ class Tick:
             "released": _addr(cs.released), "basis": _addr(cs.basis), "bound": _addr(tr.bound),
             "rate": _addr(tr.rate), "requested": _addr(tr.requested), "held": _addr(tr.held),
             "version": _addr(self.version), "gait": self.gait.handle if self.gait is not None else 0,
+            **self._trajectory_slots(),
         }
         for i, name in enumerate(SLOTS):
             self._slots[i] = addresses[name]
+
+    def _trajectory_slots(self) -> dict[str, int]:
+        traj, ctrl = self.trajectory, self.controller
+        if traj is None:
+            return dict.fromkeys(TRAJECTORY_SLOTS, 0)
+        q_ref, v_ref, a_ref = self._references
+        return {"traj_index": _addr(traj.index), "traj_times": _addr(traj.times), "traj_pos": _addr(traj.pos),
+                "traj_vel": _addr(traj.vel) if traj.vel is not None else 0, "traj_start": _addr(traj.start_ns),
+                "traj_q": _addr(traj.q), "traj_v": _addr(traj.v), "traj_a": _addr(traj.a),
+                "ref_q": _addr(q_ref), "ref_v": _addr(v_ref), "ref_a": _addr(a_ref),
+                "ctrl_q_ref": _addr(ctrl.q_ref), "ctrl_v_ref": _addr(ctrl.v_ref), "ctrl_a_ref": _addr(ctrl.a_ref)}
 
     def _write_values(self) -> None:
         ctrl, m, c = self.controller, self.controller.model, self.controller.config
@@ -104,7 +135,9 @@ class Tick:
                   "solver_kind": self.kind,
                   "n_tasks": len(self.formulation._task_list) if self.kind == 1 else 0,
                   "rate_step": c.torque_rate_limit * c.dt if c.torque_rate_limit > 0.0 else 0.0,
-                  "ramp_time": c.contact_ramp_time, "dt": c.dt, "force_scale": ctrl.transitions.force_scale}
+                  "ramp_time": c.contact_ramp_time, "dt": c.dt, "force_scale": ctrl.transitions.force_scale,
+                  "traj_k": self.trajectory.index.size if self.trajectory is not None else 0,
+                  "traj_n": self.trajectory.times.size if self.trajectory is not None else 0}
         for i, name in enumerate(VALUES):
             self._values[i] = values[name]
 

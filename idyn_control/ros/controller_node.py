@@ -469,6 +469,8 @@ class ControllerNode(InputsMixin, MonitoringMixin, NativeLoopMixin, LoopMixin, L
         for p in params:
             spec = config.SPEC.get(p.name) or self._option_specs.get(p.name)
             if spec is None:
+                if p.name == "use_sim_time":  # the node's clock: a joint trajectory's time base
+                    self._rt_interrupt()
                 continue  # rclpy's own (use_sim_time, qos overrides)
             value = parameters.python_value(p)
             if spec.read_only:

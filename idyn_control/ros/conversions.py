@@ -259,13 +259,18 @@ class JointTrajectoryReference:
 
     Attributes:
         index: model indices of the trajectory's joints.
-        t_start_ns: start time on the node's clock [ns].
+        t_start_ns: start time on the node's clock [ns] (also as ``start_ns``, one int64).
     """
 
     def __init__(self, index: np.ndarray, times: np.ndarray, pos: np.ndarray, vel: np.ndarray | None,
                  t_start_ns: int):
-        self.index, self.times, self.pos, self.vel = index, times, pos, vel
+        # contiguous float64 / int64: the compiled tick samples them in place (native/tick.py)
+        self.index = np.ascontiguousarray(index, dtype=np.int64)
+        self.times = np.ascontiguousarray(times, dtype=float)
+        self.pos = np.ascontiguousarray(pos, dtype=float)
+        self.vel = None if vel is None else np.ascontiguousarray(vel, dtype=float)
         self.t_start_ns = t_start_ns
+        self.start_ns = np.array([t_start_ns], dtype=np.int64)
         self.q = np.zeros(index.size)
         self.v = np.zeros(index.size)
         self.a = np.zeros(index.size)

@@ -6,13 +6,14 @@ Loop designs (``loop_mode``; measured by ``bench/ros_loop.py``):
   of its own (:mod:`idyn_control.native.rt`, SCHED_FIFO ``loop_priority``) is woken by the
   middleware for each /joint_states sample on a subscription the executor does not serve,
   and runs the tick without Python or the GIL: CDR bytes → the compiled controller tick
-  (:mod:`idyn_control.native.tick`: the gait node's compiled gait, the contacts held — switches,
+  (:mod:`idyn_control.native.tick`: a running ~/joint_reference trajectory sampled (on the
+  system clock: not under simulated time), the gait node's compiled gait, the contacts held — switches,
   make/break ramps included —, Pinocchio, kinematic layer, compiled formulation (wbc_qp,
   qp_coulomb, qp_noslip; rnea on a fixed base), clamps) → command published through rcl,
   then the monitoring topics (~/state, predicted contact wrenches, the gait's ~/reference)
   at ``monitor_rate_hz``, published from the same thread. Whatever is not routine is handed
   to the Python tick on that thread with the same bytes (the first tick after activation, a
-  new reference, gain or option, a running joint trajectory, stale inputs, a joint-name
+  new reference, gain or option, a trajectory's first and last tick, stale inputs, a joint-name
   layout not seen before, a stamp out of order, a failed or non-finite solve, a formulation
   that only runs in Python), and after each Python tick the node tells the loop whether the
   next ticks are routine again. A bookkeeping thread reads the compiled ticks' records

@@ -83,7 +83,8 @@ class NativeLoopMixin:
         interrupts = self._rt_interrupts
         compiled, gait = self._compiled_references()
         fast = (compiled and self._mode == ACTIVE and not self._watchdog_tripped and not self._need_reset
-                and self._trajectory is None and self._base_ref is None and not self._takes_force_refs
+                and (self._trajectory is None or self._trajectory_compiles())
+                and self._base_ref is None and not self._takes_force_refs
                 and not self._measured_any and not self._pending_fields and self._pending_formulation is None
                 and self._last_source == "formulation")
         if fast:
@@ -98,6 +99,11 @@ class NativeLoopMixin:
         rt_loop.sync(fast, self._stamp_in["joint_states"])
         if self._rt_interrupts != interrupts:  # a callback changed something meanwhile
             rt_loop.set_fast(False)
+
+    def _trajectory_compiles(self) -> bool:
+        """A running joint trajectory is sampled by the compiled tick on the system clock
+        (CLOCK_REALTIME): only when it is the node's clock too (no simulated time)."""
+        return not self.get_clock().ros_time_is_active
 
     def _rt_plan_monitoring(self, rt_loop) -> None:
         """The compiled loop publishes the monitoring of its ticks (at monitor_rate_hz)."""
