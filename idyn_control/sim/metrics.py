@@ -168,6 +168,46 @@ def compute_metrics(trace: Trace, *, dt: float, weight: float = 0.0, floating_ba
     return out
 
 
+def sole_metrics(trace: Trace, model, surfaces, settle_s: float = 0.0,
+                 measured: np.ndarray | None = None) -> dict[str, Any]:
+    """How each flat foot was loaded (measured forces, flat ground), from ``settle_s`` [s] on,
+    on the ticks ``measured`` marks (N,) bool: those whose measured forces all arrived
+    (None: every tick; ``sole_ticks`` counts the ticks scored).
+
+    ``surfaces``: the robot's :class:`~idyn_control.model.ContactSurface` s; their corner
+    points are contacts of ``model``. A sole's centre of pressure is inside its polygon
+    exactly when every corner pushes (corners are the polygon's vertices), so per sole:
+    ``sole_cop_inside_fraction`` (ticks where every corner's normal force is > 0, over the
+    ticks scored), ``sole_min_corner_share`` (the least loaded corner's share of its sole's
+    load, minimum over ticks: 1/4 for a centred four-corner sole, 0 on an edge) and
+    ``sole_load_share_min`` (the sole's share of the summed normal force, minimum over
+    ticks: > 0 = both soles always loaded); ``sole_cop_inside_all`` is True when every sole
+    kept its centre of pressure inside on every tick scored.
+    """
+    index = {f: i for i, f in enumerate(model.contact_frames)}
+    n = trace.n
+    ticks = trace.t[:n] >= settle_s
+    if measured is not None:
+        ticks &= np.asarray(measured[:n], dtype=bool)
+    fz = trace.f_meas[:n][ticks, :, 2]
+    out: dict[str, Any] = {"sole_ticks": int(ticks.sum()), "sole_cop_inside_fraction": {},
+                           "sole_min_corner_share": {}, "sole_load_share_min": {}}
+    if not fz.shape[0]:
+        return out
+    total = fz.sum(axis=1)
+    for surface in surfaces:
+        corners = fz[:, [index[name] for name in surface.point_names()]]
+        load = corners.sum(axis=1)
+        inside = (corners > 0.0).all(axis=1)
+        share = np.divide(corners.min(axis=1), load, out=np.zeros_like(load), where=load > 0.0)
+        out["sole_cop_inside_fraction"][surface.link] = float(inside.mean())
+        out["sole_min_corner_share"][surface.link] = float(share.min())
+        out["sole_load_share_min"][surface.link] = float(
+            np.divide(load, total, out=np.zeros_like(load), where=total > 0.0).min())
+    out["sole_cop_inside_all"] = all(v == 1.0 for v in out["sole_cop_inside_fraction"].values())
+    return out
+
+
 def format_metrics(m: dict[str, Any]) -> str:
     """A short human-readable report."""
     lines = []
@@ -202,6 +242,10 @@ def format_metrics(m: dict[str, Any]) -> str:
                      f"{m['tick_max_us']:.0f} µs")
     add("deadline misses (> 1 tick)", "deadline_misses", "d")
     add("fallback ticks", "fallback_ticks", "d")
+    for link, inside in m.get("sole_cop_inside_fraction", {}).items():
+        lines.append(f"  {'CoP inside ' + link:<34}{100 * inside:.2f} % of ticks (least loaded corner "
+                     f"≥ {100 * m['sole_min_corner_share'][link]:.1f} % of the sole, sole ≥ "
+                     f"{100 * m['sole_load_share_min'][link]:.0f} % of the weight)")
     fell = "no"
     if m.get("fell"):
         fell = "YES" + (f" at t = {m['fall_time_s']:.2f} s" if "fall_time_s" in m else "")
