@@ -146,6 +146,8 @@ class TickSequence:
     feet the gait lifts; a contact holds where ``contact & ~swing`` (Controller.update).
     ``gains`` are the controller's (ControllerConfig: kp [1/s²], kd [1/s], weights),
     ``torque_limit_nm`` the commanded |τ| bound per joint, ``friction`` the ground μ.
+    ``surfaces``: the flat feet, ``(link, ((x, y, z), ...))`` per sole [m, link frame], whose
+    corners are the contact frames ``<link>_corner_<i>`` (the peer models each sole whole).
     """
 
     name: str
@@ -171,8 +173,9 @@ class TickSequence:
     foot_position_ref: np.ndarray
     foot_velocity_ref: np.ndarray
     foot_acceleration_ref: np.ndarray
+    surfaces: tuple = ()
 
-    META = ("name", "robot", "dt_s", "joint_names", "contact_frames", "base_frame", "friction", "gains")
+    META = ("name", "robot", "dt_s", "joint_names", "contact_frames", "base_frame", "friction", "gains", "surfaces")
     #: controller arrays written from the sequence before each tick (untimed on both sides)
     REFERENCES = ("q_ref", "v_ref", "a_ref", "base_position_ref", "base_rotation_ref", "base_velocity_ref",
                   "base_angular_ref", "foot_position_ref", "foot_velocity_ref", "foot_acceleration_ref", "swing")
@@ -206,6 +209,7 @@ class TickSequence:
             meta = json.loads(str(data["meta"]))
             arrays = {k: data[k] for k in data.files if k != "meta"}
         meta["joint_names"], meta["contact_frames"] = tuple(meta["joint_names"]), tuple(meta["contact_frames"])
+        meta["surfaces"] = tuple((link, tuple(map(tuple, corners))) for link, corners in meta.get("surfaces", ()))
         return cls(**meta, **arrays)
 
 
@@ -227,6 +231,11 @@ def _gains(ctrl) -> dict:
     out = {k: float(getattr(ctrl.config, k)) for k in keys}
     out["joint_kp"], out["joint_kd"] = ctrl.joint_kp.tolist(), ctrl.joint_kd.tolist()
     return out
+
+
+def _surfaces(spec) -> tuple:
+    """The robot's soles as TickSequence.surfaces."""
+    return tuple((s.link, tuple(tuple(map(float, c)) for c in s.corners)) for s in spec.surfaces)
 
 
 def _base_frame(model) -> str:
@@ -284,7 +293,8 @@ def standing_sequence(robot: str = "solo12", ticks: int = 2000, dt: float = 1e-3
     return TickSequence(name="standing", robot=str(robot), dt_s=dt, joint_names=tuple(model.joint_names),
                         contact_frames=tuple(model.contact_frames), base_frame=_base_frame(model),
                         friction=float(spec.friction), torque_limit_nm=np.array(ctrl.tau_limit),
-                        gains=_gains(ctrl), q=q, v=v, contact=np.ones((ticks, k), dtype=bool), **refs)
+                        gains=_gains(ctrl), q=q, v=v, contact=np.ones((ticks, k), dtype=bool), surfaces=_surfaces(spec),
+                        **refs)
 
 
 def trot_sequence(robot: str = "solo12", ticks: int = 2000, dt: float = 1e-3) -> TickSequence:
@@ -322,7 +332,7 @@ def _lockstep_sequence(name: str, robot: str, ticks: int, dt: float, settle_s: f
     return TickSequence(name=name, robot=str(robot), dt_s=dt, joint_names=tuple(model.joint_names),
                         contact_frames=tuple(model.contact_frames), base_frame=_base_frame(model),
                         friction=float(spec.friction), torque_limit_nm=np.array(ctrl.tau_limit),
-                        gains=_gains(ctrl), **recorder.arrays(start))
+                        gains=_gains(ctrl), surfaces=_surfaces(spec), **recorder.arrays(start))
 
 
 def make_sequence(name: str, robot: str = "solo12", ticks: int = 2000) -> TickSequence:
