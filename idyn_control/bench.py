@@ -705,7 +705,8 @@ def format_report(report: dict) -> str:
             lines += ["", f"{sc['robot']} {sc['name']}: not measured ({sc['error']})"]
             continue
         peer = sc.get("peer") or {}
-        rows = [(f"{r['formulation']} {r['region']}", r["summary"], r.get("ratio_to_peer")) for r in sc["project"]]
+        rows = [(f"{r['formulation']}{':python' if r['backend'] == 'python' else ''} {r['region']}", r["summary"],
+                 r.get("ratio_to_peer")) for r in sc["project"]]
         if "summary" in peer:
             rows.append(("placo (C++ peer)", peer["summary"], None))
         lines += ["", f"{sc['robot']} {sc['name']} ({sc['sequence_ticks']}-tick sequence, "
