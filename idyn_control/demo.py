@@ -140,7 +140,7 @@ def run(opts: DemoOptions, log: Callable[[str], None] = print) -> dict[str, Any]
     metrics = compute_metrics(trace, dt=1e-3, weight=weight, floating_base=True,
                               speed_window=(min(t0 + 1.0, 0.5 * (t0 + t1)), t1) if t1 > t0 else (None, None),
                               command_velocity=(opts.speed, 0.0, 0.0), fell=extra.pop("fell", False),
-                              fall_time=extra.pop("fall_time", None))
+                              fall_time=extra.pop("fall_time", None), force_ticks=trace.meta.get("forces_complete"))
     if spec.surfaces:  # each sole's loading, once it stood up from the crouch
         metrics.update(sole_metrics(trace, model, spec.surfaces, settle_s=SOLE_SETTLE_S,
                                     measured=trace.meta.get("measured_complete")))
@@ -569,6 +569,7 @@ class _TraceBuilder:
         self.have_odom = np.zeros(n, dtype=bool)
         self.have_pred = np.zeros(n, dtype=bool)
         self.meas_count = np.zeros(n, dtype=int)  # the bridge's contact wrenches of each tick received
+        self.pred_count = np.zeros(n, dtype=int)  # the controller's predicted wrenches of each tick received
         self.pred_local = np.zeros((n, k, 3))
         self.frame_index = {f: i for i, f in enumerate(model.contact_frames)}
         self._joint_index: dict[tuple, list[int]] = {}
@@ -632,6 +633,7 @@ class _TraceBuilder:
                 f = msg.wrench.force
                 self.pred_local[i, self.frame_index[topic.rsplit("/", 1)[1]]] = (f.x, f.y, f.z)
                 self.have_pred[i] = True
+                self.pred_count[i] += 1
 
     def finish(self) -> tuple[Trace, bool, float | None]:
         """The trace of the ticks that have a state; fall detection as in the lock-step runner."""
@@ -651,7 +653,9 @@ class _TraceBuilder:
         tr.n = ticks.size
         tr.meta["lost_states"] = int(ticks[-1] + 1 - ticks.size) if ticks.size else 0
         # ticks whose every measured wrench arrived (the recorder may lose some under load)
-        tr.meta["measured_complete"] = self.meas_count[ticks] == len(self.frame_index)
+        k = len(self.frame_index)
+        tr.meta["measured_complete"] = self.meas_count[ticks] == k
+        tr.meta["forces_complete"] = tr.meta["measured_complete"] & (self.pred_count[ticks] == k)
         fell, fall_time = False, None
         if ticks.size:
             pin.framesForwardKinematics(pm, data, tr.q[0])

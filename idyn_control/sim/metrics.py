@@ -89,10 +89,13 @@ def _window(trace: Trace, start: float | None, end: float | None) -> np.ndarray:
 def compute_metrics(trace: Trace, *, dt: float, weight: float = 0.0, floating_base: bool = True,
                     speed_window: tuple[float | None, float | None] = (None, None),
                     command_velocity: tuple[float, float, float] = (0.0, 0.0, 0.0),
-                    fell: bool = False, fall_time: float | None = None) -> dict[str, Any]:
+                    fell: bool = False, fall_time: float | None = None,
+                    force_ticks: np.ndarray | None = None) -> dict[str, Any]:
     """Metrics of a run (see the module docstring). ``weight`` [N] is the robot's weight
     (filters airborne ticks out of the force error); ``speed_window`` (t0, t1) [s] is
-    where the achieved speed is measured, along the commanded direction."""
+    where the achieved speed is measured, along the commanded direction; ``force_ticks``
+    (N,) bool, the ticks whose predicted and measured forces are all known (a recording
+    that lost messages), restricts the force error to them (None: every tick)."""
     n = trace.n
     out: dict[str, Any] = {"ticks": int(n), "duration_s": float(trace.t[n - 1] - trace.t[0] + dt) if n else 0.0}
     if n < 2:
@@ -145,6 +148,8 @@ def compute_metrics(trace: Trace, *, dt: float, weight: float = 0.0, floating_ba
     pred_n = trace.f_pred[:n, :, 2]
     meas_n = trace.f_meas[:n, :, 2]
     loaded = meas_n.sum(axis=1) > MIN_LOAD_FRACTION * weight
+    if force_ticks is not None:
+        loaded &= np.asarray(force_ticks[:n], dtype=bool)
     if loaded.any():
         err = np.abs(pred_n[loaded].sum(axis=1) - meas_n[loaded].sum(axis=1))
         mean_meas = float(np.mean(meas_n[loaded].sum(axis=1)))
