@@ -97,15 +97,14 @@ class DemoOptions:
 
     def resolved(self) -> "DemoOptions":
         """The options with ``task`` decided (auto → balance for a robot on flat feet)."""
-        task = self.task
+        task, flat_feet = self.task, bool(robots.spec(self.robot).surfaces)
         if task == "auto":
-            task = "balance" if robots.spec(self.robot).surfaces else "trot"
+            task = "balance" if flat_feet else "trot"
         if task not in TASKS:
             raise ConfigError("task", self.task, f"must be one of {('auto', *TASKS)}")
-        if task == "trot":
-            return replace(self, task=task)
-        # balance starts standing: a crouched humanoid's soles do not land flat
-        return replace(self, task=task, speed=0.0, crouch=0.0)
+        # flat feet start standing: from a crouch G1's soles land on their edges
+        crouch = 0.0 if flat_feet else self.crouch
+        return replace(self, task=task, crouch=crouch, speed=0.0 if task == "balance" else self.speed)
 
 
 TASKS = ("trot", "balance")

@@ -48,19 +48,34 @@ def test_controller_params_describe_the_soles_and_the_balance_task():
     assert quad.task == "trot" and "task" not in controller_params(quad)["idyn_controller"]["ros__parameters"]["gait"]
 
 
-@pytest.mark.parametrize("formulation", ["wbc_qp", "qp_coulomb"])
-def test_g1_balances_through_ros(tmp_path, formulation):
-    pytest.importorskip("mcap")
-    out = tmp_path / "demo"
+def _run_demo(out, **options) -> subprocess.CompletedProcess:
     domain = random.Random(os.getpid() ^ time.time_ns()).randint(1, 200)
     env = dict(os.environ, IDYN_DEMO_DOMAIN_ID=str(domain), PYTHONUNBUFFERED="1")
     script = textwrap.dedent(f"""
         from idyn_control import demo
-        report = demo.run(demo.DemoOptions(robot="g1", formulation={formulation!r}, balance={SHORT!r},
-                                           stop_time=0.2, out={str(out)!r}))
+        report = demo.run(demo.DemoOptions(robot="g1", out={str(out)!r}, **{options!r}))
         raise SystemExit(1 if report["metrics"]["fell"] or "failure" in report["metrics"] else 0)
     """)
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_g1_ignores_cmd_vel_and_stands_on_its_soles(tmp_path):
+    """Asked to trot (the demo publishes /cmd_vel 0.2 m/s for 1 s), the gait node keeps a
+    robot on flat feet standing: the trot would lift single corners of a sole."""
+    out = tmp_path / "demo"
+    proc = _run_demo(out, formulation="wbc_qp", task="trot", duration=1.0, stand_time=0.5, stop_time=0.2)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "/cmd_vel is ignored" in (out / "controller.log").read_text()
+    m = json.loads((out / "report.json").read_text())["metrics"]
+    assert not m["fell"] and m["sole_cop_inside_all"], m.get("sole_cop_inside_fraction")
+    assert abs(m["speed_along_command_m_s"]) < 0.01
+
+
+@pytest.mark.parametrize("formulation", ["wbc_qp", "qp_coulomb"])
+def test_g1_balances_through_ros(tmp_path, formulation):
+    pytest.importorskip("mcap")
+    out = tmp_path / "demo"
+    proc = _run_demo(out, formulation=formulation, balance=SHORT, stop_time=0.2)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "CoP inside left_ankle_roll_link" in proc.stdout
     m = json.loads((out / "report.json").read_text())["metrics"]

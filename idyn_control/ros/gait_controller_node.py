@@ -26,10 +26,13 @@ the base node's, unchanged.
   tick's stamp; while the compiled loop runs the ticks, a timer of the executor does every
   ``BALANCE_PERIOD_S`` (wall) with the node's clock (simulated time under
   ``use_sim_time``): a data write into the compiled gait, so the ticks stay compiled.
+- Flat feet (``contacts.surfaces``) never trot: the trot moves point feet, so the node
+  ignores /cmd_vel (it warns once) and the robot stands.
 
 Parameters (read-only, in the node's table, config.PARAMETERS): ``gait.enabled``,
 ``gait.period`` [s], ``gait.duty_factor``, ``gait.step_height`` [m],
-``gait.cmd_vel_timeout`` [s]; the standing pose is ``standing_pose.joints/positions``.
+``gait.cmd_vel_timeout`` [s], ``gait.task``, ``gait.balance.*``; the standing pose is
+``standing_pose.joints/positions``.
 
 This subclass exists because the base node has no gait yet; it only uses the base
 node's configure step and its reference hook (``_apply_references``).
@@ -68,6 +71,7 @@ class GaitControllerNode(ControllerNode):
         self._ref_pub = self.create_publisher(JointState, "~/reference", MONITOR_QOS)
         self._ref_msg: JointState | None = None
         self.balance: BalanceTask | None = None
+        self._stand_only = False  # flat feet: the trot moves point feet only, /cmd_vel is ignored
         self._balance_t0: float | None = None  # the task's time zero [s]: the first tick's stamp
         self._balance_timer = None
 
@@ -79,6 +83,10 @@ class GaitControllerNode(ControllerNode):
         self.balance, self._balance_t0 = None, None
         if not (get("gait.enabled") and m.floating_base and m.contacts):
             return
+        self._stand_only = bool(get("contacts.surfaces.links"))
+        if self._stand_only and get("gait.task") == "cmd_vel":
+            self.get_logger().warning("flat feet (contacts.surfaces): the gait trots point feet only, so /cmd_vel "
+                                      "is ignored and the robot stands (gait.task balance shifts and squats)")
         if get("gait.task") == "balance":
             self.balance = BalanceTask(balance_config(self.settings))
             if self._balance_timer is None:  # wall-clock period: it keeps firing when the clock is simulated
@@ -127,7 +135,7 @@ class GaitControllerNode(ControllerNode):
         return m.neutral()
 
     def _on_cmd_vel(self, msg: Twist) -> None:
-        if self.balance is not None:  # the balance task commands the gait
+        if self.balance is not None or self._stand_only:  # the balance task commands the gait, or none
             return
         cmd = np.array([msg.linear.x, msg.linear.y, msg.angular.z])
         if not np.isfinite(cmd).all():
