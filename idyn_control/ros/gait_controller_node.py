@@ -83,7 +83,7 @@ class GaitControllerNode(ControllerNode):
         self.balance, self._balance_t0 = None, None
         if not (get("gait.enabled") and m.floating_base and m.contacts):
             return
-        self._stand_only = bool(get("contacts.surfaces.links"))
+        self._stand_only = bool(self.settings["contacts.surfaces.links"])
         if self._stand_only and get("gait.task") == "cmd_vel":
             self.get_logger().warning("flat feet (contacts.surfaces): the gait trots point feet only, so /cmd_vel "
                                       "is ignored and the robot stands (gait.task balance shifts and squats)")

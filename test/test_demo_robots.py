@@ -1,4 +1,9 @@
-"""The humanoid in the ROS demo: Unitree G1 stands, shifts its weight and squats through DDS.
+"""The ROS demo beyond the project's quadruped: a robot from a YAML file only, and the humanoid.
+
+``idyn-control demo --config a1.yaml``: Unitree A1, which the package does not ship, from the
+file ``conftest.write_robot_file`` writes (no code), trots through the bridge and the gait node.
+
+The humanoid: Unitree G1 stands, shifts its weight and squats through DDS.
 
 ``idyn-control demo --robot g1`` over real rclpy and DDS on a random ROS_DOMAIN_ID: the
 MuJoCo bridge in lock-step and the gait node with ``gait.task`` balance (the lock-step
@@ -23,6 +28,9 @@ import pytest
 
 pytest.importorskip("rclpy")
 
+import yaml  # noqa: E402
+
+from conftest import NEW_ROBOTS, write_robot_file  # noqa: E402
 from idyn_control import robots  # noqa: E402
 from idyn_control.demo import DemoOptions, controller_params  # noqa: E402
 
@@ -46,6 +54,24 @@ def test_controller_params_describe_the_soles_and_the_balance_task():
     assert p["formulation_defaults"] == {"qp_coulomb": {"cop_margin": 0.2}}  # g1.yaml's
     quad = DemoOptions(robot="solo12").resolved()
     assert quad.task == "trot" and "task" not in controller_params(quad)["idyn_controller"]["ros__parameters"]["gait"]
+
+
+def test_a_robot_from_a_yaml_file_only_trots_through_ros(tmp_path):
+    pytest.importorskip("mcap")
+    path = write_robot_file(tmp_path, "a1")
+    out = tmp_path / "demo"
+    domain = random.Random(os.getpid() ^ time.time_ns()).randint(1, 200)
+    env = dict(os.environ, IDYN_DEMO_DOMAIN_ID=str(domain), PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, "-m", "idyn_control.cli", "demo", "--config", str(path), "--duration", "1.5",
+                           "--out", str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    m = report["metrics"]
+    assert report["options"]["robot"] == str(path) and report["options"]["task"] == "trot"
+    assert not m["fell"] and "failure" not in m and m["fallback_ticks"] == 0
+    assert m["speed_along_command_m_s"] > 0.1
+    params = yaml.safe_load((out / "controller_params.yaml").read_text())["idyn_controller"]["ros__parameters"]
+    assert params["robot"] == "a1" and params["contacts"]["frames"] == NEW_ROBOTS["a1"]["frames"]
 
 
 def _run_demo(out, **options) -> subprocess.CompletedProcess:
