@@ -54,7 +54,7 @@ BRIDGE = "idyn_sim"
 COMMAND_TOPIC = "/effort_controller/commands"
 CONTACT_STATES_TOPIC = f"/{CONTROLLER}/contact_states"
 RECORDER_NICE = 5  # the recording process's niceness during the ROS run
-SOLE_SETTLE_S = 0.1  # soles are scored from this time on: the crouched spawn lands first [s]
+SOLE_SETTLE_S = 0.1  # soles are scored from this time on: the spawned robot settles on them first [s]
 
 
 @dataclass
@@ -180,9 +180,10 @@ def _run_lockstep(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, A
     from .sim.lockstep import Scenario, run_scenario
 
     t0, t1 = opts.trot_window
-    balance = opts.task == "balance"
+    # flat feet stand whatever the command, as the gait node ignores /cmd_vel for them
+    trot = opts.task == "trot" and not robots.spec(opts.robot).surfaces
     scenario = Scenario(robot=opts.robot, formulation=opts.formulation, duration=opts.total,
-                        velocity=(opts.speed, 0.0, 0.0), gait=not balance, trot_start=t0, trot_stop=t1,
+                        velocity=(opts.speed, 0.0, 0.0), gait=trot, trot_start=t0, trot_stop=t1,
                         friction=opts.friction, compliant=opts.compliant, crouch=opts.crouch,
                         task=opts.task, balance=opts.balance,
                         compiled=True)  # as the node's compiled loop: the gait's tick included
