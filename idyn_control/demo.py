@@ -686,8 +686,11 @@ def plot(trace: Trace, opts: DemoOptions, path: Path) -> None:
     ax.set(title=f"joint torque commands ({opts.formulation})", xlabel="t [s]", ylabel="τ [N·m]")
     ax.legend(fontsize=6, ncol=4, loc="upper right")
     ax = axes[0, 1]
-    pred = trace.f_pred[:trace.n, :, 2]
-    meas = trace.f_meas[:trace.n, :, 2]
+    pred = trace.f_pred[:trace.n, :, 2].copy()
+    meas = trace.f_meas[:trace.n, :, 2].copy()
+    complete = trace.meta.get("forces_complete")
+    if complete is not None:  # a lost message is no force: leave a gap
+        pred[~complete], meas[~complete] = np.nan, np.nan
     ax.plot(t, meas.sum(axis=1), lw=0.8, color="k", label="Σ normal, MuJoCo (measured)")
     ax.plot(t, pred.sum(axis=1), lw=0.8, color="tab:red", alpha=0.8, label="Σ normal, predicted")
     ax.plot(t, meas[:, 0], lw=0.5, color="tab:gray", label=f"{model.contact_frames[0]} measured")
