@@ -62,7 +62,7 @@ def test_a_robot_from_a_yaml_file_only_trots_through_ros(tmp_path):
     out = tmp_path / "demo"
     domain = random.Random(os.getpid() ^ time.time_ns()).randint(1, 200)
     env = dict(os.environ, IDYN_DEMO_DOMAIN_ID=str(domain), PYTHONUNBUFFERED="1")
-    proc = subprocess.run([sys.executable, "-m", "idyn_control.cli", "demo", "--config", str(path), "--duration", "1.5",
+    proc = subprocess.run([sys.executable, "-m", "idyn_control.cli", "demo", "--config", str(path), "--duration", "3",
                            "--out", str(out)], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
