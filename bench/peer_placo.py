@@ -34,6 +34,17 @@ set of holding feet changes (``contact.active``, the foot task made hard or soft
 state comes from the sequence). The references are written before the timer starts.
 Sanity (outside the timed region): every solve succeeds, |τ| within the limits, the
 contact forces in the friction pyramid, and Σ f_z / (m g) averaged over the ticks run.
+
+Flat feet (the sequence's ``surfaces``: a sole whose polygon corners are the project's
+contact points): PlaCo takes each sole whole, as a unilateral planar contact (``Contact6D``:
+a 6-D wrench whose centre of pressure stays in a length × width rectangle, in the friction
+pyramid) on a frame at the centre of the polygon's bounding box, which this script adds to
+the URDF as a massless fixed link; the rectangle spans the polygon's x extent and the
+narrowest y extent of its corners (inside the polygon). Its frame task is hard with kp = kd
+= 0 (the whole sole's acceleration zero, as wbc_qp holds a sole: one rigid body). The
+project's corners as PlaCo point contacts would be four hard position tasks on one rigid
+body, redundant equality rows: PlaCo fails every solve of G1 standing that way. A sole holds
+when all its corners hold.
 """
 
 from __future__ import annotations
@@ -91,8 +102,32 @@ def find_package_dir(urdf: Path, text: str) -> Path | None:
     return None
 
 
-def load_robot(urdf: Path, package_dir: str | None):
-    text = urdf.read_text()
+def sole_frame(link: str) -> str:
+    return f"{link}_sole"
+
+
+def sole_geometry(corners) -> tuple[np.ndarray, float, float]:
+    """(centre [m, link frame], length [m], width [m]) of a sole polygon's rectangle: the
+    bounding box's centre, its x extent, the narrowest y extent of the corners about it."""
+    c = np.asarray(corners, dtype=float)
+    centre = 0.5 * (c.min(axis=0) + c.max(axis=0))
+    return centre, float(np.ptp(c[:, 0])), float(2.0 * np.abs(c[:, 1] - centre[1]).min())
+
+
+def with_sole_frames(text: str, surfaces) -> str:
+    """The URDF with a massless link fixed at each sole's rectangle centre (PlaCo's planar
+    contacts need a frame there)."""
+    extra = []
+    for link, corners in surfaces:
+        xyz = " ".join(repr(float(x)) for x in sole_geometry(corners)[0])
+        name = sole_frame(link)
+        extra.append(f'<link name="{name}"/><joint name="{name}_joint" type="fixed"><parent link="{link}"/>'
+                     f'<child link="{name}"/><origin xyz="{xyz}" rpy="0 0 0"/></joint>')
+    return text.replace("</robot>", "\n".join(extra) + "\n</robot>") if extra else text
+
+
+def load_robot(urdf: Path, package_dir: str | None, surfaces=()):
+    text = with_sole_frames(urdf.read_text(), surfaces)
     if "package://" in text:
         pkg = Path(package_dir) if package_dir else find_package_dir(urdf, text)
         if pkg is None or not pkg.is_dir():
@@ -107,6 +142,7 @@ def load_sequence(path: Path) -> dict:
     with np.load(path) as data:
         seq = json.loads(str(data["meta"]))
         seq.update({k: data[k] for k in data.files if k != "meta"})
+    seq.setdefault("surfaces", [])
     return seq
 
 
@@ -158,20 +194,38 @@ class PlacoReplay:
         for task in (self.base_position, self.base_orientation):
             task.kp, task.kd = g["base_kp"], g["base_kd"]
 
-        self.feet, self.contacts = [], []
-        for i, frame in enumerate(seq["contact_frames"]):
+        # one unit per point foot, or per sole (its corners' contact indices)
+        self.feet, self.contacts, units = [], [], []
+        frames = list(seq["contact_frames"])
+        corner_of = {f"{link}_corner_{i}": link for link, corners in seq["surfaces"] for i in range(len(corners))}
+        for i, frame in enumerate(frames):
+            if frame in corner_of:
+                continue
             task = solver.add_position_task(frame, np.array(seq["foot_position_ref"][0, i], dtype=float))
             contact = solver.add_unilateral_point_contact(task)
             contact.mu = float(seq["friction"])
             self.feet.append(task)
             self.contacts.append(contact)
+            units.append([i])
+        for link, corners in seq["surfaces"]:
+            _, length, width = sole_geometry(corners)
+            name = sole_frame(link)
+            task = solver.add_frame_task(name, robot.get_T_world_frame(name))
+            contact = solver.add_planar_contact(task)
+            contact.length, contact.width, contact.unilateral = length, width, True
+            contact.mu = float(seq["friction"])
+            self.feet.append(task)
+            self.contacts.append(contact)
+            units.append([frames.index(c) for c, owner in corner_of.items() if owner == link])
 
         self.posture = solver.add_joints_task()
         self.posture.configure("posture", "soft", g["posture_weight"])
         self.posture.kp, self.posture.kd = float(kp[0]), float(kd[0])
 
         active, swing = seq["contact"] & ~seq["swing"], seq["swing"]
-        # foot modes per tick: 0 holds (contact), 1 swings, 2 neither
+        # unit modes per tick: 0 holds (contact; a sole: every corner), 1 swings, 2 neither
+        active = np.stack([active[:, u].all(axis=1) for u in units], axis=1)
+        swing = np.stack([swing[:, u].any(axis=1) for u in units], axis=1)
         self.modes = np.where(active, 0, np.where(swing, 1, 2)).astype(np.int8)
         wrap = np.vstack((self.modes[-1:], self.modes[:-1]))
         self.changed = (self.modes != wrap).any(axis=1)
@@ -192,15 +246,19 @@ class PlacoReplay:
         g = self.gains
         for task, contact, mode in zip(self.feet, self.contacts, modes):
             contact.active = bool(mode == 0)
+            # a sole's frame task: its position and orientation parts
+            parts = (task.position(), task.orientation()) if hasattr(task, "orientation") else (task,)
             if mode == 0:  # rigid: J q̈ + J̇ v = 0, as wbc_qp's contact rows (contact_gain 0)
-                task.configure("foot", "hard", 1.0)
-                task.kp, task.kd = 0.0, 0.0
+                task.configure("foot", "hard", *(1.0,) * len(parts))
+                gains = (0.0, 0.0)
             elif mode == 1:
-                task.configure("foot", "soft", g["swing_weight"])
-                task.kp, task.kd = g["foot_kp"], g["foot_kd"]
+                task.configure("foot", "soft", *(g["swing_weight"],) * len(parts))
+                gains = (g["foot_kp"], g["foot_kd"])
             else:
-                task.configure("foot", "soft", 0.0)
-                task.kp, task.kd = 0.0, 0.0
+                task.configure("foot", "soft", *(0.0,) * len(parts))
+                gains = (0.0, 0.0)
+            for part in parts:
+                part.kp, part.kd = gains
 
     def write_references(self, i: int) -> None:
         """The tick's targets (untimed, as the project's references)."""
@@ -212,7 +270,7 @@ class PlacoReplay:
         orientation.omega_world = s["base_angular_ref"][i]
         if self.modes[i].any():  # some foot swings or floats
             for k, task in enumerate(self.feet):
-                if self.modes[i, k] == 1:
+                if self.modes[i, k] == 1 and not hasattr(task, "orientation"):  # soles: no swing here
                     task.target_world = s["foot_position_ref"][i, k]
                     task.dtarget_world = s["foot_velocity_ref"][i, k]
                     task.ddtarget_world = s["foot_acceleration_ref"][i, k]
@@ -287,6 +345,8 @@ def describe(replay: PlacoReplay) -> dict:
         "peer": "placo", "versions": versions(), "python": platform.python_version(),
         "scenario": s["name"], "robot": s["robot"], "ticks": replay.ticks,
         "contacts": list(s["contact_frames"]), "friction": float(s["friction"]), "base_frame": s["base_frame"],
+        "soles": [dict(zip(("link", "length_m", "width_m"), (link, *sole_geometry(corners)[1:])))
+                  for link, corners in s["surfaces"]],
         "torque_regularization": float(replay.solver.torque_cost),
         "scheduling": {"policy": os.sched_getscheduler(0), "priority": os.sched_getparam(0).sched_priority},
         "timed": "contact switch (when the holding feet change) + robot.state.q/qd + update_kinematics() "
@@ -324,7 +384,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     try:
         seq = load_sequence(Path(args.sequence))
-        replay = PlacoReplay(seq, load_robot(Path(args.urdf), args.package_dir))
+        replay = PlacoReplay(seq, load_robot(Path(args.urdf), args.package_dir, seq["surfaces"]))
     except Exception as exc:  # noqa: BLE001 - reported to the driving process, then exit
         if args.serve:
             print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)

@@ -10,6 +10,9 @@ same sequence tick by tick:
 - ``trot``: a lock-step trot at 0.2 m/s of the project's own gait
   (:func:`idyn_control.sim.lockstep.run_scenario`, MuJoCo, ``qp_coulomb``), recorded after
   the trot has settled: moving references and contact switches (make and break).
+- ``balance``: the lock-step balance task (:class:`~idyn_control.sim.tasks.BalanceTask`:
+  a humanoid on its soles shifting its weight from foot to foot), recorded from the first
+  shift on: moving references, every contact held.
 
 The project's side runs each formulation with the compiled backend in two timed regions
 (:class:`ProjectTick`): ``controller`` = :meth:`Controller.update` (state and contact mask
@@ -45,6 +48,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import bench_peer, formulations, robots
+from .errors import ConfigError
 from .qp import INF
 
 DEADLINE_S = 1e-3
@@ -52,7 +56,7 @@ DEADLINE_S = 1e-3
 PREEMPTED_US = 20.0
 #: the standing scenario's joint motion: q_j = q_stand_j + A sin(2π f t + j)
 AMPLITUDE_RAD, FREQUENCY_HZ = 0.01, 1.0
-SCENARIOS = ("standing", "trot")
+SCENARIOS = ("standing", "trot", "balance")
 #: statistics whose project/peer ratio is reported per round (wall time; cpu_*: thread CPU time)
 RATIO_STATS = ("p50_us", "p99_us", "p999_us", "max_us", "cpu_p50_us", "cpu_p99_us")
 REGIONS = ("controller", "compiled")
@@ -142,6 +146,8 @@ class TickSequence:
     feet the gait lifts; a contact holds where ``contact & ~swing`` (Controller.update).
     ``gains`` are the controller's (ControllerConfig: kp [1/s²], kd [1/s], weights),
     ``torque_limit_nm`` the commanded |τ| bound per joint, ``friction`` the ground μ.
+    ``surfaces``: the flat feet, ``(link, ((x, y, z), ...))`` per sole [m, link frame], whose
+    corners are the contact frames ``<link>_corner_<i>`` (the peer models each sole whole).
     """
 
     name: str
@@ -167,8 +173,9 @@ class TickSequence:
     foot_position_ref: np.ndarray
     foot_velocity_ref: np.ndarray
     foot_acceleration_ref: np.ndarray
+    surfaces: tuple = ()
 
-    META = ("name", "robot", "dt_s", "joint_names", "contact_frames", "base_frame", "friction", "gains")
+    META = ("name", "robot", "dt_s", "joint_names", "contact_frames", "base_frame", "friction", "gains", "surfaces")
     #: controller arrays written from the sequence before each tick (untimed on both sides)
     REFERENCES = ("q_ref", "v_ref", "a_ref", "base_position_ref", "base_rotation_ref", "base_velocity_ref",
                   "base_angular_ref", "foot_position_ref", "foot_velocity_ref", "foot_acceleration_ref", "swing")
@@ -202,6 +209,7 @@ class TickSequence:
             meta = json.loads(str(data["meta"]))
             arrays = {k: data[k] for k in data.files if k != "meta"}
         meta["joint_names"], meta["contact_frames"] = tuple(meta["joint_names"]), tuple(meta["contact_frames"])
+        meta["surfaces"] = tuple((link, tuple(map(tuple, corners))) for link, corners in meta.get("surfaces", ()))
         return cls(**meta, **arrays)
 
 
@@ -223,6 +231,11 @@ def _gains(ctrl) -> dict:
     out = {k: float(getattr(ctrl.config, k)) for k in keys}
     out["joint_kp"], out["joint_kd"] = ctrl.joint_kp.tolist(), ctrl.joint_kd.tolist()
     return out
+
+
+def _surfaces(spec) -> tuple:
+    """The robot's soles as TickSequence.surfaces."""
+    return tuple((s.link, tuple(tuple(map(float, c)) for c in s.corners)) for s in spec.surfaces)
 
 
 def _base_frame(model) -> str:
@@ -280,30 +293,46 @@ def standing_sequence(robot: str = "solo12", ticks: int = 2000, dt: float = 1e-3
     return TickSequence(name="standing", robot=str(robot), dt_s=dt, joint_names=tuple(model.joint_names),
                         contact_frames=tuple(model.contact_frames), base_frame=_base_frame(model),
                         friction=float(spec.friction), torque_limit_nm=np.array(ctrl.tau_limit),
-                        gains=_gains(ctrl), q=q, v=v, contact=np.ones((ticks, k), dtype=bool), **refs)
+                        gains=_gains(ctrl), q=q, v=v, contact=np.ones((ticks, k), dtype=bool), surfaces=_surfaces(spec),
+                        **refs)
 
 
 def trot_sequence(robot: str = "solo12", ticks: int = 2000, dt: float = 1e-3) -> TickSequence:
     """A lock-step trot of the project's gait in MuJoCo (``qp_coulomb``, 0.2 m/s), as the
     controller saw it from ``SETTLE_S`` on: ``ticks`` ticks of moving references and
     contact switches. Raises if the robot falls or a tick falls back."""
+    return _lockstep_sequence("trot", robot, ticks, dt, SETTLE_S, trot_start=TROT_START_S, velocity=TROT_VELOCITY)
+
+
+def balance_sequence(robot: str = "g1", ticks: int = 2000, dt: float = 1e-3) -> TickSequence:
+    """The lock-step balance task (``qp_coulomb``, the robot's own options) as the controller
+    saw it from the first weight shift on: ``ticks`` ticks of moving references, every
+    contact held. Raises if the robot falls or a tick falls back."""
+    from .sim.tasks import BalanceConfig
+
+    return _lockstep_sequence("balance", robot, ticks, dt, BalanceConfig().stand_s, gait=False, task="balance")
+
+
+def _lockstep_sequence(name: str, robot: str, ticks: int, dt: float, settle_s: float, **scenario) -> TickSequence:
+    """``ticks`` ticks of a lock-step run (:class:`~idyn_control.sim.lockstep.Scenario` of
+    ``scenario``), as the controller saw them from ``settle_s`` [s] on."""
     from .sim.lockstep import LockstepRunner, Scenario
 
-    start = int(round(SETTLE_S / dt))
+    start = int(round(settle_s / dt))
     runner = LockstepRunner(Scenario(robot=robot, formulation="qp_coulomb", duration=(start + ticks) * dt, dt=dt,
-                                     trot_start=TROT_START_S, velocity=TROT_VELOCITY))
+                                     **scenario))
     recorder = _Recorder(runner.controller)
     run = runner.run()
     if run.metrics.get("fell") or len(recorder.rows["q"]) < start + ticks:
-        raise RuntimeError(f"the trot recording fell at {run.metrics.get('fall_time')} s")
+        raise RuntimeError(f"the {name} recording fell at {run.metrics.get('fall_time_s')} s")
     fallbacks = int(run.trace.fallback[start:].sum())
     if fallbacks:
-        raise RuntimeError(f"the trot recording fell back to the safe output in {fallbacks} ticks")
+        raise RuntimeError(f"the {name} recording fell back to the safe output in {fallbacks} ticks")
     ctrl, model, spec = runner.controller, runner.robot, runner.spec
-    return TickSequence(name="trot", robot=str(robot), dt_s=dt, joint_names=tuple(model.joint_names),
+    return TickSequence(name=name, robot=str(robot), dt_s=dt, joint_names=tuple(model.joint_names),
                         contact_frames=tuple(model.contact_frames), base_frame=_base_frame(model),
                         friction=float(spec.friction), torque_limit_nm=np.array(ctrl.tau_limit),
-                        gains=_gains(ctrl), **recorder.arrays(start))
+                        gains=_gains(ctrl), surfaces=_surfaces(spec), **recorder.arrays(start))
 
 
 def make_sequence(name: str, robot: str = "solo12", ticks: int = 2000) -> TickSequence:
@@ -311,6 +340,8 @@ def make_sequence(name: str, robot: str = "solo12", ticks: int = 2000) -> TickSe
         return standing_sequence(robot, ticks)
     if name == "trot":
         return trot_sequence(robot, ticks)
+    if name == "balance":
+        return balance_sequence(robot, ticks)
     raise ValueError(f"unknown scenario {name!r}; valid: {SCENARIOS}")
 
 
@@ -560,7 +591,8 @@ def _scheduling(priority: int):
 def _scenario(report: dict, scenario: str, robot: str, variants, peer_python, rounds: int, blocks: int, block: int,
               warmup: int, sequence_ticks: int, out_dir: Path, log) -> None:
     """Record one scenario, set up both sides, run the rounds; appends to ``report``."""
-    if not robots.spec(robot).contact_frames:
+    spec = robots.spec(robot)
+    if not (spec.contact_frames or spec.surfaces):
         log(f"  {scenario}: {robot} has no feet; skipped")
         return
     log(f"  {scenario}: recording the {sequence_ticks}-tick sequence ...")
@@ -571,9 +603,15 @@ def _scenario(report: dict, scenario: str, robot: str, variants, peer_python, ro
         report["scenarios"].append({"name": scenario, "robot": robot, "error": str(err)})
         return
     path = seq.save(out_dir / f"{robot}_{scenario}.npz")
-    ticks_ = [ProjectTick(seq, name, region, backend) for name, backend, region in variants]
     entry: dict[str, Any] = {"name": scenario, "robot": robot, "sequence": str(path), "sequence_ticks": seq.ticks,
-                             "contact_switches": seq.switches(), "project": []}
+                             "contact_switches": seq.switches(), "project": [], "not_run": []}
+    ticks_ = []
+    for name, backend, region in variants:
+        try:
+            ticks_.append(ProjectTick(seq, name, region, backend))
+        except (ConfigError, ValueError) as err:  # e.g. an option of the robot's only Python runs
+            log(f"  {name}:{backend}@{region}: not run ({err})")
+            entry["not_run"].append({"formulation": name, "backend": backend, "region": region, "reason": str(err)})
     client = None
     if peer_python is not None:
         try:
@@ -667,7 +705,8 @@ def format_report(report: dict) -> str:
             lines += ["", f"{sc['robot']} {sc['name']}: not measured ({sc['error']})"]
             continue
         peer = sc.get("peer") or {}
-        rows = [(f"{r['formulation']} {r['region']}", r["summary"], r.get("ratio_to_peer")) for r in sc["project"]]
+        rows = [(f"{r['formulation']}{':python' if r['backend'] == 'python' else ''} {r['region']}", r["summary"],
+                 r.get("ratio_to_peer")) for r in sc["project"]]
         if "summary" in peer:
             rows.append(("placo (C++ peer)", peer["summary"], None))
         lines += ["", f"{sc['robot']} {sc['name']} ({sc['sequence_ticks']}-tick sequence, "
@@ -709,6 +748,8 @@ def format_report(report: dict) -> str:
             lines.append(f"  peer sanity FAILED: {'; '.join(sanity['failures'])}")
         if "error" in peer:
             lines.append(f"  peer failed: {peer['error'].splitlines()[-1] if peer['error'] else '?'}")
+        for r in sc.get("not_run", ()):
+            lines.append(f"  {r['formulation']}:{r['backend']} {r['region']}: not run ({r['reason']})")
         for r in sc["project"]:
             if r["fallbacks"] or set(r["status"]) - {"solved"}:
                 lines.append(f"  {r['formulation']} {r['region']}: status {r['status']}, fallbacks {r['fallbacks']}")

@@ -107,7 +107,7 @@ def cmd_demo(args) -> int:
 
     opts = demo.DemoOptions(robot=args.robot, formulation=args.formulation, duration=args.duration,
                             speed=args.speed, ros=not args.no_ros, out=args.out, friction=args.friction,
-                            compliant=args.compliant)
+                            compliant=args.compliant, task=args.task)
     report = demo.run(opts, log=lambda m: print(m, flush=True))
     m = report["metrics"]
     return 1 if m.get("fell") or m.get("failure") else 0
@@ -215,8 +215,8 @@ def main(argv=None) -> int:
     p.add_argument("--no-model", action="store_true", help="skip loading the URDF (keys, types, ranges only)")
     p.set_defaults(func=cmd_check_config)
 
-    p = sub.add_parser("demo", help="quadruped in MuJoCo through ROS 2: stand up, trot, stop; "
-                                     "report, MCAP and plot")
+    p = sub.add_parser("demo", help="legged robot in MuJoCo through ROS 2: stand up, trot, stop (a humanoid: "
+                                     "stand, shift the weight, squat); report, MCAP and plot")
     add_robot(p, "quadruped")
     p.add_argument("--formulation", default="wbc_qp", help=", ".join(formulations.names()))
     p.add_argument("--duration", type=float, default=10.0, help="trot duration [s, simulated]")
@@ -224,6 +224,9 @@ def main(argv=None) -> int:
     p.add_argument("--friction", type=float, default=0.7, help="ground μ (inf = no slip)")
     p.add_argument("--compliant", action="store_true", help="compliant ground (≈1 mm at rest)")
     p.add_argument("--no-ros", action="store_true", help="lock-step in one process, no ROS")
+    p.add_argument("--task", default="auto", choices=("auto", "trot", "balance"),
+                   help="trot, or balance (stand, shift the weight, squat); auto: balance for a robot on flat "
+                        "feet (contacts.surfaces), else trot")
     p.add_argument("--out", default="results/demo", help="output directory")
     p.set_defaults(func=cmd_demo)
 

@@ -29,6 +29,7 @@ import yaml
 from . import formulations, robots
 from .controller import SAFE_OUTPUTS, ControllerConfig
 from .gait import GaitConfig
+from .sim.tasks import BalanceConfig
 from .errors import ConfigError, IdynError
 from .model import ContactSurface, RobotModel
 
@@ -41,6 +42,7 @@ DOUBLE_ARRAY, STRING_ARRAY, INT_ARRAY, BOOL_ARRAY = "double_array", "string_arra
 LOOP_MODES = ("triggered", "native")
 FLOATING_BASE = ("auto", "floating", "fixed")
 TWIST_FRAMES = ("child", "parent")
+GAIT_TASKS = ("cmd_vel", "balance")
 FORMULATION_OPTIONS = "formulation_options."
 FORMULATION_DEFAULTS = "formulation_defaults."
 
@@ -77,6 +79,7 @@ def _gain(name, default, description, field_name=None, high=1e6):
 
 _CFG = ControllerConfig()
 _GAIT = GaitConfig()
+_BALANCE = BalanceConfig()
 
 #: every parameter of the node, in README order
 PARAMETERS: tuple[ParamSpec, ...] = (
@@ -257,6 +260,26 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("gait.cmd_vel_timeout", 0.5, DOUBLE,
               "idyn_gait_controller: stop trotting when /cmd_vel is older than this [s, wall]", (0.0, 60.0),
               read_only=True),
+    ParamSpec("gait.task", "cmd_vel", STRING,
+              "idyn_gait_controller: what commands the gait: cmd_vel = trot on /cmd_vel; balance = stand, shift "
+              "the weight from foot to foot and squat (the lock-step loop's BalanceTask, gait.balance.*, timed "
+              "from activation; /cmd_vel ignored), e.g. a humanoid on flat feet", choices=GAIT_TASKS,
+              read_only=True),
+    ParamSpec("gait.balance.stand_s", _BALANCE.stand_s, DOUBLE, "gait.task balance: stand still first [s]",
+              (0.0, 3600.0), read_only=True),
+    ParamSpec("gait.balance.shift_cycles", _BALANCE.shift_cycles, INT,
+              "gait.task balance: left-right weight shifts (one sine each)", (0, 1000), read_only=True),
+    ParamSpec("gait.balance.shift_period_s", _BALANCE.shift_period_s, DOUBLE,
+              "gait.task balance: period of a weight shift [s]", (0.1, 60.0), read_only=True),
+    ParamSpec("gait.balance.shift_fraction", _BALANCE.shift_fraction, DOUBLE,
+              "gait.task balance: the base moves this fraction of the half distance between the left and right "
+              "feet toward each (1 = over the foot)", (0.0, 0.99), read_only=True),
+    ParamSpec("gait.balance.squat_cycles", _BALANCE.squat_cycles, INT,
+              "gait.task balance: squats after the shifts (1 − cos each)", (0, 1000), read_only=True),
+    ParamSpec("gait.balance.squat_period_s", _BALANCE.squat_period_s, DOUBLE,
+              "gait.task balance: period of a squat [s]", (0.1, 60.0), read_only=True),
+    ParamSpec("gait.balance.squat_depth_m", _BALANCE.squat_depth_m, DOUBLE,
+              "gait.task balance: how far a squat lowers the base [m]", (0.0, 0.5), read_only=True),
 )
 
 SPEC: dict[str, ParamSpec] = {p.name: p for p in PARAMETERS}
@@ -264,6 +287,8 @@ SPEC: dict[str, ParamSpec] = {p.name: p for p in PARAMETERS}
 CONTROLLER_FIELDS: dict[str, str] = {p.name: p.controller_field for p in PARAMETERS if p.controller_field}
 #: parameters that map onto GaitConfig fields (the robot's gait)
 GAIT_FIELDS = frozenset(("gait.period", "gait.duty_factor", "gait.step_height", "gait.touchdown_depth"))
+#: gait.balance.<field> → BalanceConfig.<field> (gait.task balance)
+BALANCE_PREFIX = "gait.balance."
 
 
 # ====================================================================== types
@@ -678,3 +703,11 @@ def markdown_table() -> str:
                 "own default of an option of any formulation (e.g. `formulation_defaults.pid.ki`), used "
                 "when that formulation runs and `formulation_options.<key>` keeps its default (read-only) |")
     return "\n".join(rows)
+
+
+def balance_config(settings: Mapping[str, Any]) -> BalanceConfig:
+    """The :class:`BalanceConfig` of ``gait.balance.*`` (``gait.task`` balance)."""
+    values = {name[len(BALANCE_PREFIX):]: settings[name] for name in SPEC if name.startswith(BALANCE_PREFIX)}
+    config = BalanceConfig(**values)
+    config.validate()
+    return config

@@ -3,6 +3,7 @@
     idyn-control demo                           # project quadruped, real ROS 2 topics
     idyn-control demo --robot solo12 --formulation qp_coulomb --duration 10
     idyn-control demo --no-ros                  # the same scenario lock-step, one process
+    idyn-control demo --robot g1                # a humanoid: stand, shift the weight, squat
 
 With ROS (default) three processes talk over DDS on a private ``ROS_DOMAIN_ID``: the
 simulation bridge ``idyn_sim`` (MuJoCo, lock-step: it publishes the state and steps when
@@ -10,7 +11,13 @@ the command for it arrives), the controller node with the gait generator
 (``idyn_gait_controller``, ``use_sim_time``, one tick per ``/joint_states``), and this
 process, which publishes ``/cmd_vel`` on the simulated-time schedule and records every
 topic. Timeline (simulated): stand up from a crouch during ``stand_time``, trot at
-``speed`` for ``duration`` seconds, stop, stand ``stop_time`` seconds.
+``speed`` for ``duration`` seconds, stop, stand ``stop_time`` seconds. Task ``balance``
+(the default for a robot on flat feet, ``contacts.surfaces``: the gait trots point feet
+only) replaces the trot: the gait node's ``gait.task`` balance runs the lock-step loop's
+:class:`~idyn_control.sim.tasks.BalanceTask` (stand, shift the weight from foot to foot,
+squat; ``balance`` overrides its :class:`~idyn_control.sim.tasks.BalanceConfig`), then the
+robot stands ``stop_time`` seconds; the report adds each sole's loading
+(:func:`~idyn_control.sim.metrics.sole_metrics`).
 
 Outputs in ``--out`` (default results/demo): ``demo.mcap`` (ROS 2 messages with their
 schemas: joint states, commands, odometry, contact estimates, predicted and measured
@@ -30,7 +37,7 @@ import struct
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,13 +46,15 @@ import pinocchio as pin
 
 from . import robots
 from .errors import ConfigError
-from .sim.metrics import Trace, compute_metrics, format_metrics
+from .sim.metrics import Trace, compute_metrics, format_metrics, sole_metrics
+from .sim.tasks import BalanceConfig
 
 CONTROLLER = "idyn_controller"
 BRIDGE = "idyn_sim"
 COMMAND_TOPIC = "/effort_controller/commands"
 CONTACT_STATES_TOPIC = f"/{CONTROLLER}/contact_states"
 RECORDER_NICE = 5  # the recording process's niceness during the ROS run
+SOLE_SETTLE_S = 0.1  # soles are scored from this time on: the spawned robot settles on them first [s]
 
 
 @dataclass
@@ -65,27 +74,61 @@ class DemoOptions:
     out: str = "results/demo"
     wall_timeout: float = 600.0  # give up after this long [s, wall]
     domain_id: int | None = None
+    task: str = "auto"          # trot, balance; auto: balance on flat feet (contacts.surfaces), else trot
+    balance: dict[str, Any] = field(default_factory=dict)  # BalanceConfig fields (task balance)
+
+    @property
+    def balance_config(self) -> BalanceConfig:
+        config = BalanceConfig(**self.balance)
+        config.validate()
+        return config
 
     @property
     def total(self) -> float:
+        if self.task == "balance":
+            return self.balance_config.duration_s + self.stop_time
         return self.stand_time + self.duration + self.stop_time
 
     @property
     def trot_window(self) -> tuple[float, float]:
+        if self.task == "balance":  # no trot: /cmd_vel stays zero
+            return self.total, self.total
         return self.stand_time, self.stand_time + self.duration
+
+    def resolved(self) -> "DemoOptions":
+        """The options with ``task`` decided (auto → balance for a robot on flat feet)."""
+        task, flat_feet = self.task, bool(robots.spec(self.robot).surfaces)
+        if task == "auto":
+            task = "balance" if flat_feet else "trot"
+        if task not in TASKS:
+            raise ConfigError("task", self.task, f"must be one of {('auto', *TASKS)}")
+        # flat feet start standing: from a crouch G1's soles land on their edges
+        crouch = 0.0 if flat_feet else self.crouch
+        return replace(self, task=task, crouch=crouch, speed=0.0 if task == "balance" else self.speed)
+
+
+TASKS = ("trot", "balance")
 
 
 # ====================================================================== entry point
 def run(opts: DemoOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the demo, write its files, return the report (metrics + file paths)."""
-    if not robots.spec(opts.robot).contact_frames:
-        raise ConfigError("robot", opts.robot, "the demo trots a legged robot: its file needs contacts.frames")
+    spec = robots.spec(opts.robot)
+    if not (spec.contact_frames or spec.surfaces):
+        raise ConfigError("robot", opts.robot, "the demo runs a legged robot: its file needs contacts.frames "
+                          "or contacts.surfaces")
+    opts = opts.resolved()
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     wall0 = time.perf_counter()
-    log(f"demo: {opts.robot}, {opts.formulation}, stand {opts.stand_time:g} s → trot {opts.speed:g} m/s for "
-        f"{opts.duration:g} s → stop ({'ROS 2 topics, lock-step' if opts.ros else 'lock-step, no ROS'}); "
-        f"output in {out}/")
+    if opts.task == "balance":
+        b = opts.balance_config
+        plan = (f"stand {b.stand_s:g} s → {b.shift_cycles} weight shift(s) of {b.shift_period_s:g} s → "
+                f"{b.squat_cycles} squat(s) of {b.squat_depth_m * 100:g} cm → stand {opts.stop_time:g} s")
+    else:
+        plan = f"stand {opts.stand_time:g} s → trot {opts.speed:g} m/s for {opts.duration:g} s → stop"
+    log(f"demo: {opts.robot}, {opts.formulation}, {plan} "
+        f"({'ROS 2 topics, lock-step' if opts.ros else 'lock-step, no ROS'}); output in {out}/")
     if opts.ros:
         trace, extra = _run_ros(opts, out, log)
     else:
@@ -94,9 +137,12 @@ def run(opts: DemoOptions, log: Callable[[str], None] = print) -> dict[str, Any]
     weight = 9.81 * pin.computeTotalMass(model.pin_model)
     t0, t1 = opts.trot_window
     metrics = compute_metrics(trace, dt=1e-3, weight=weight, floating_base=True,
-                              speed_window=(min(t0 + 1.0, 0.5 * (t0 + t1)), t1),
+                              speed_window=(min(t0 + 1.0, 0.5 * (t0 + t1)), t1) if t1 > t0 else (None, None),
                               command_velocity=(opts.speed, 0.0, 0.0), fell=extra.pop("fell", False),
-                              fall_time=extra.pop("fall_time", None))
+                              fall_time=extra.pop("fall_time", None), force_ticks=trace.meta.get("forces_complete"))
+    if spec.surfaces:  # each sole's loading, once it stood up from the crouch
+        metrics.update(sole_metrics(trace, model, spec.surfaces, settle_s=SOLE_SETTLE_S,
+                                    measured=trace.meta.get("measured_complete")))
     metrics.update(extra)
     png = out / "demo.png"
     plot(trace, opts, png)
@@ -112,7 +158,9 @@ def run(opts: DemoOptions, log: Callable[[str], None] = print) -> dict[str, Any]
 
 def format_report(report: dict[str, Any]) -> str:
     o, m = report["options"], report["metrics"]
-    lines = [f"demo report: {o['robot']}, {o['formulation']}, trot {o['speed']:g} m/s for {o['duration']:g} s, "
+    task = ("balance (stand, weight shifts, squats)" if o.get("task") == "balance"
+            else f"trot {o['speed']:g} m/s for {o['duration']:g} s")
+    lines = [f"demo report: {o['robot']}, {o['formulation']}, {task}, "
              f"{'ROS 2 (bridge + controller nodes, lock-step over DDS)' if o['ros'] else 'lock-step without ROS'}",
              format_metrics(m)]
     if "tick_source" in m:
@@ -132,9 +180,12 @@ def _run_lockstep(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, A
     from .sim.lockstep import Scenario, run_scenario
 
     t0, t1 = opts.trot_window
+    # flat feet stand whatever the command, as the gait node ignores /cmd_vel for them
+    trot = opts.task == "trot" and not robots.spec(opts.robot).surfaces
     scenario = Scenario(robot=opts.robot, formulation=opts.formulation, duration=opts.total,
-                        velocity=(opts.speed, 0.0, 0.0), gait=True, trot_start=t0, trot_stop=t1,
+                        velocity=(opts.speed, 0.0, 0.0), gait=trot, trot_start=t0, trot_stop=t1,
                         friction=opts.friction, compliant=opts.compliant, crouch=opts.crouch,
+                        task=opts.task, balance=opts.balance,
                         compiled=True)  # as the node's compiled loop: the gait's tick included
     run = run_scenario(scenario, progress=lambda p: log(
         f"  t={p['t']:5.1f} s  x={p['x']:+.3f} m  speed={p['speed']:+.3f} m/s  ticks={p['ticks']}  "
@@ -280,6 +331,15 @@ def controller_params(opts: DemoOptions) -> dict[str, Any]:
         "monitor_rate_hz": 1000.0,   # predicted wrenches and ~/state every tick, for scoring
         "diagnostics_rate_hz": 2.0,
     }
+    if not spec.contact_frames:  # a parameter file cannot type an empty list
+        del params["contacts"]["frames"]
+    if spec.surfaces:  # flat feet: one polygon for every sole link (ContactSurface.from_flat)
+        params["contacts"]["surfaces"] = {"links": [s.link for s in spec.surfaces],
+                                          "corners": [float(x) for c in spec.surfaces[0].corners for x in c]}
+    if opts.task == "balance":  # the gait node runs the lock-step loop's BalanceTask
+        params["gait"]["task"] = "balance"
+        default = BalanceConfig()  # ROS types are strict: 1 is no double
+        params["gait"]["balance"] = {k: type(getattr(default, k))(v) for k, v in asdict(opts.balance_config).items()}
     if spec.effort_limit:
         params["effort_limit"] = float(spec.effort_limit)
     # the robot's gains and its defaults of this formulation's options, as the lock-step
@@ -409,7 +469,7 @@ def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
             executor.spin_once(timeout_sec=0.01)
             now = time.monotonic()
             t = sim["t_ns"] * 1e-9
-            if now - last_cmd_pub > 0.05:  # 20 Hz (wall), like a joystick teleop
+            if now - last_cmd_pub > 0.05 and opts.task == "trot":  # 20 Hz (wall), like a joystick teleop
                 twist = Twist()
                 twist.linear.x = float(opts.speed) if t0 <= t < t1 else 0.0
                 cmd_pub.publish(twist)
@@ -508,6 +568,8 @@ class _TraceBuilder:
         self.have_js = np.zeros(n, dtype=bool)
         self.have_odom = np.zeros(n, dtype=bool)
         self.have_pred = np.zeros(n, dtype=bool)
+        self.meas_count = np.zeros(n, dtype=int)  # the bridge's contact wrenches of each tick received
+        self.pred_count = np.zeros(n, dtype=int)  # the controller's predicted wrenches of each tick received
         self.pred_local = np.zeros((n, k, 3))
         self.frame_index = {f: i for i, f in enumerate(model.contact_frames)}
         self._joint_index: dict[tuple, list[int]] = {}
@@ -563,6 +625,7 @@ class _TraceBuilder:
             if 0 <= i < self.n:
                 f = msg.wrench.force
                 tr.f_meas[i, self.frame_index[topic.rsplit("/", 1)[1]]] = (f.x, f.y, f.z)
+                self.meas_count[i] += 1
         elif topic.startswith(f"/{CONTROLLER}/contact_wrench/"):
             msg = self._deserialize(raw, self.topics[topic][0])
             i = self._tick(msg.header.stamp)
@@ -570,6 +633,7 @@ class _TraceBuilder:
                 f = msg.wrench.force
                 self.pred_local[i, self.frame_index[topic.rsplit("/", 1)[1]]] = (f.x, f.y, f.z)
                 self.have_pred[i] = True
+                self.pred_count[i] += 1
 
     def finish(self) -> tuple[Trace, bool, float | None]:
         """The trace of the ticks that have a state; fall detection as in the lock-step runner."""
@@ -588,6 +652,10 @@ class _TraceBuilder:
             setattr(tr, name, getattr(tr, name)[ticks])
         tr.n = ticks.size
         tr.meta["lost_states"] = int(ticks[-1] + 1 - ticks.size) if ticks.size else 0
+        # ticks whose every measured wrench arrived (the recorder may lose some under load)
+        k = len(self.frame_index)
+        tr.meta["measured_complete"] = self.meas_count[ticks] == k
+        tr.meta["forces_complete"] = tr.meta["measured_complete"] & (self.pred_count[ticks] == k)
         fell, fall_time = False, None
         if ticks.size:
             pin.framesForwardKinematics(pm, data, tr.q[0])
@@ -618,8 +686,11 @@ def plot(trace: Trace, opts: DemoOptions, path: Path) -> None:
     ax.set(title=f"joint torque commands ({opts.formulation})", xlabel="t [s]", ylabel="τ [N·m]")
     ax.legend(fontsize=6, ncol=4, loc="upper right")
     ax = axes[0, 1]
-    pred = trace.f_pred[:trace.n, :, 2]
-    meas = trace.f_meas[:trace.n, :, 2]
+    pred = trace.f_pred[:trace.n, :, 2].copy()
+    meas = trace.f_meas[:trace.n, :, 2].copy()
+    complete = trace.meta.get("forces_complete")
+    if complete is not None:  # a lost message is no force: leave a gap
+        pred[~complete], meas[~complete] = np.nan, np.nan
     ax.plot(t, meas.sum(axis=1), lw=0.8, color="k", label="Σ normal, MuJoCo (measured)")
     ax.plot(t, pred.sum(axis=1), lw=0.8, color="tab:red", alpha=0.8, label="Σ normal, predicted")
     ax.plot(t, meas[:, 0], lw=0.5, color="tab:gray", label=f"{model.contact_frames[0]} measured")
@@ -628,11 +699,15 @@ def plot(trace: Trace, opts: DemoOptions, path: Path) -> None:
     ax.legend(fontsize=7, loc="upper right")
     ax = axes[1, 0]
     x = trace.q[:trace.n, 0]
-    ax.plot(t, x, color="tab:blue", label="base x [m]")
-    t0, t1 = opts.trot_window
-    ref_x = np.clip(t - t0, 0.0, t1 - t0) * opts.speed + x[0]
-    ax.plot(t, ref_x, "--", color="tab:blue", lw=0.8, label=f"x of {opts.speed:g} m/s from t={t0:g} s")
-    ax.set(title="base motion", xlabel="t [s]", ylabel="x [m]")
+    if opts.task == "balance":  # the weight shifts sideways
+        ax.plot(t, trace.q[:trace.n, 1], color="tab:blue", label="base y [m]")
+        ax.set(title="base motion", xlabel="t [s]", ylabel="y [m]")
+    else:
+        ax.plot(t, x, color="tab:blue", label="base x [m]")
+        t0, t1 = opts.trot_window
+        ref_x = np.clip(t - t0, 0.0, t1 - t0) * opts.speed + x[0]
+        ax.plot(t, ref_x, "--", color="tab:blue", lw=0.8, label=f"x of {opts.speed:g} m/s from t={t0:g} s")
+        ax.set(title="base motion", xlabel="t [s]", ylabel="x [m]")
     ax2 = ax.twinx()
     ax2.plot(t, trace.q[:trace.n, 2], color="tab:green", lw=0.8, label="base z [m]")
     ax2.set_ylabel("z [m]")
@@ -645,7 +720,9 @@ def plot(trace: Trace, opts: DemoOptions, path: Path) -> None:
     ax.set(title="base path (top view)", xlabel="x [m]", ylabel="y [m]")
     ax.axis("equal")
     ax.legend(fontsize=7)
-    fig.suptitle(f"{opts.robot}: stand up, trot {opts.speed:g} m/s for {opts.duration:g} s, stop "
+    what = ("stand, shift the weight, squat" if opts.task == "balance"
+            else f"stand up, trot {opts.speed:g} m/s for {opts.duration:g} s, stop")
+    fig.suptitle(f"{opts.robot}: {what} "
                  f"({'ROS 2' if opts.ros else 'lock-step'})")
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -77,8 +77,9 @@ def test_standing_sole_forces_satisfy_the_dynamics_inside_the_pyramids(g1, name)
         assert np.all(np.abs(r.forces[:, :2]).sum(axis=1) <= 0.8 * r.forces[:, 2] + 1e-6)
 
 
-def test_g1_stands_on_both_soles_with_every_corner_loaded():
-    run = run_scenario(Scenario(robot="g1", formulation="qp_coulomb", gait=False, duration=2.0, friction=0.8))
+@pytest.mark.parametrize("formulation", ["qp_coulomb", "wbc_qp"])
+def test_g1_stands_5_s_on_both_soles_with_every_corner_loaded(formulation):
+    run = run_scenario(Scenario(robot="g1", formulation=formulation, gait=False, duration=5.0, friction=0.8))
     m, tr = run.metrics, run.trace
     assert not m["fell"] and tr.fallback.sum() == 0
     settled = tr.t >= 0.1

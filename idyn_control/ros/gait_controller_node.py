@@ -19,10 +19,20 @@ the base node's, unchanged.
   into the compiled gait. Otherwise the Python gait runs in the node's Python tick.
 - ``~/reference`` sensor_msgs/JointState: the joint references (position, velocity; model
   joint order), published with ``~/state`` (``monitor_rate_hz``) and stamped like it.
+- ``gait.task`` balance: no /cmd_vel; the robot stands, shifts its weight from foot to foot
+  and squats on the schedule of ``gait.balance.*``, timed from the first tick after
+  activation: :class:`~idyn_control.sim.tasks.BalanceTask`, the lock-step loop's task,
+  sets the gait's body offset (``Gait.set_body_offset``). A Python tick drives it with the
+  tick's stamp; while the compiled loop runs the ticks, a timer of the executor does every
+  ``BALANCE_PERIOD_S`` (wall) with the node's clock (simulated time under
+  ``use_sim_time``): a data write into the compiled gait, so the ticks stay compiled.
+- Flat feet (``contacts.surfaces``) never trot: the trot moves point feet, so the node
+  ignores /cmd_vel (it warns once) and the robot stands.
 
 Parameters (read-only, in the node's table, config.PARAMETERS): ``gait.enabled``,
 ``gait.period`` [s], ``gait.duty_factor``, ``gait.step_height`` [m],
-``gait.cmd_vel_timeout`` [s]; the standing pose is ``standing_pose.joints/positions``.
+``gait.cmd_vel_timeout`` [s], ``gait.task``, ``gait.balance.*``; the standing pose is
+``standing_pose.joints/positions``.
 
 This subclass exists because the base node has no gait yet; it only uses the base
 node's configure step and its reference hook (``_apply_references``).
@@ -39,9 +49,14 @@ from geometry_msgs.msg import Twist
 from sensor_msgs.msg import JointState
 
 from .. import robots
+from ..config import balance_config
 from ..gait import Gait, GaitConfig
+from ..sim.tasks import BalanceTask
 from .controller_node import MONITOR_QOS, REFERENCE_QOS, ControllerNode, run
 from .conversions import cdr_template
+
+#: how often the executor re-evaluates the balance task while the compiled loop ticks [s, wall]
+BALANCE_PERIOD_S = 0.005
 
 class GaitControllerNode(ControllerNode):
     """The controller node with :class:`Gait` and a /cmd_vel input."""
@@ -55,14 +70,30 @@ class GaitControllerNode(ControllerNode):
         self.create_subscription(Twist, "/cmd_vel", self._on_cmd_vel, REFERENCE_QOS)
         self._ref_pub = self.create_publisher(JointState, "~/reference", MONITOR_QOS)
         self._ref_msg: JointState | None = None
+        self.balance: BalanceTask | None = None
+        self._stand_only = False  # flat feet: the trot moves point feet only, /cmd_vel is ignored
+        self._balance_t0: float | None = None  # the task's time zero [s]: the first tick's stamp
+        self._balance_timer = None
 
     def _configure(self) -> None:
         super()._configure()
         get = lambda name: self.get_parameter(name).value  # noqa: E731
         m = self.model
         self.gait = None
+        self.balance, self._balance_t0 = None, None
         if not (get("gait.enabled") and m.floating_base and m.contacts):
             return
+        self._stand_only = bool(self.settings["contacts.surfaces.links"])
+        if self._stand_only and get("gait.task") == "cmd_vel":
+            self.get_logger().warning("flat feet (contacts.surfaces): the gait trots point feet only, so /cmd_vel "
+                                      "is ignored and the robot stands (gait.task balance shifts and squats)")
+        if get("gait.task") == "balance":
+            self.balance = BalanceTask(balance_config(self.settings))
+            if self._balance_timer is None:  # wall-clock period: it keeps firing when the clock is simulated
+                from rclpy.clock import Clock, ClockType
+
+                self._balance_timer = self.create_timer(BALANCE_PERIOD_S, self._drive_balance,
+                                                        clock=Clock(clock_type=ClockType.STEADY_TIME))
         q_stand = self._standing_configuration()
         config = GaitConfig(period=get("gait.period"), duty_factor=get("gait.duty_factor"),
                             step_height=get("gait.step_height"), touchdown_depth=get("gait.touchdown_depth"))
@@ -104,6 +135,8 @@ class GaitControllerNode(ControllerNode):
         return m.neutral()
 
     def _on_cmd_vel(self, msg: Twist) -> None:
+        if self.balance is not None or self._stand_only:  # the balance task commands the gait, or none
+            return
         cmd = np.array([msg.linear.x, msg.linear.y, msg.angular.z])
         if not np.isfinite(cmd).all():
             self._log_throttled("cmd_vel", "ignored /cmd_vel with NaN/inf")
@@ -131,6 +164,10 @@ class GaitControllerNode(ControllerNode):
         if self._gait_reset:
             gait.reset(t, self._q, self._v)
             self._gait_reset = False
+        if self.balance is not None:
+            if self._balance_t0 is None:
+                self._balance_t0 = t
+            self.balance.drive(t - self._balance_t0, self._q, gait)
         if self._gait_compiled():  # the /cmd_vel logic below, in C++ (as the compiled tick runs it)
             gait.drive(t, self._q, self._v, self._mask, time.monotonic())
         else:
@@ -141,6 +178,13 @@ class GaitControllerNode(ControllerNode):
             elif gait.mode == "trot":
                 gait.stop()
             gait.update(t, self._q, self._v, self._mask)
+
+    def _drive_balance(self) -> None:
+        """The balance task between Python ticks (the compiled loop runs the others)."""
+        gait, t0 = self.gait, self._balance_t0
+        if self.balance is None or gait is None or t0 is None or not self._gait_compiled():
+            return
+        self.balance.drive(self.get_clock().now().nanoseconds * 1e-9 - t0, self._q, gait)
 
     def _publish_state(self) -> None:
         super()._publish_state()

@@ -2,9 +2,16 @@
 
 Only MuJoCo for now: :func:`build_mujoco` turns a :class:`~idyn_control.model.RobotModel`
 (its URDF) into a :class:`MujocoSim` whose state and torques use Pinocchio's conventions.
-Importing this package needs ``mujoco`` (the ``sim`` extra); the core does not.
+Its names load ``mujoco`` (the ``sim`` extra) when first used, so the ROS-free reference
+generators of :mod:`idyn_control.sim.tasks` import without it (the gait node runs them).
 """
 
-from .mujoco_model import INFINITE_FRICTION, ContactGeom, MujocoSim, build_mujoco
-
 __all__ = ["INFINITE_FRICTION", "ContactGeom", "MujocoSim", "build_mujoco"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from . import mujoco_model
+
+        return getattr(mujoco_model, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

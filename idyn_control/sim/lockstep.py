@@ -103,6 +103,8 @@ class Scenario:
             :class:`~idyn_control.sim.tasks.WaypointPolicy` commands the gait every tick) or
             "balance" (standing, ``gait=False``: weight shifts and squats,
             :class:`~idyn_control.sim.tasks.BalanceTask`).
+        balance: overrides of :class:`~idyn_control.sim.tasks.BalanceConfig` fields (task
+            "balance").
         terrain: "plane" (``friction``, ``compliant``) or "heightmap" (seed 000 §7.5: rigid
             bumps ≤ 3 cm, per-patch μ ~ U(0.1, 1.5), drawn from ``terrain_seed``); the
             controller is told the local normal and μ under each foot in contact.
@@ -133,6 +135,7 @@ class Scenario:
     arm_frequency: float = 3.0
     stop_on_fall: bool = True
     task: str = "trot"
+    balance: dict[str, Any] = field(default_factory=dict)
     terrain: str = "plane"
     terrain_seed: int = 0
     faults: Any = None
@@ -261,7 +264,7 @@ class LockstepRunner:
         next_report = 1.0
         x_report = float(q[0])
         trotting = False
-        task = make_task(s.task, ticks) if gait is not None else None
+        task = make_task(s.task, ticks, balance=s.balance) if gait is not None else None
         faults = FaultInjector(s.faults, s.dt, robot.nq, robot.nv, k) if s.faults.active else None
         tick, gait = self._compiled_tick() if s.compiled and faults is None else (None, gait)
         tau = np.zeros(robot.na)

@@ -89,10 +89,13 @@ def _window(trace: Trace, start: float | None, end: float | None) -> np.ndarray:
 def compute_metrics(trace: Trace, *, dt: float, weight: float = 0.0, floating_base: bool = True,
                     speed_window: tuple[float | None, float | None] = (None, None),
                     command_velocity: tuple[float, float, float] = (0.0, 0.0, 0.0),
-                    fell: bool = False, fall_time: float | None = None) -> dict[str, Any]:
+                    fell: bool = False, fall_time: float | None = None,
+                    force_ticks: np.ndarray | None = None) -> dict[str, Any]:
     """Metrics of a run (see the module docstring). ``weight`` [N] is the robot's weight
     (filters airborne ticks out of the force error); ``speed_window`` (t0, t1) [s] is
-    where the achieved speed is measured, along the commanded direction."""
+    where the achieved speed is measured, along the commanded direction; ``force_ticks``
+    (N,) bool, the ticks whose predicted and measured forces are all known (a recording
+    that lost messages), restricts the force error to them (None: every tick)."""
     n = trace.n
     out: dict[str, Any] = {"ticks": int(n), "duration_s": float(trace.t[n - 1] - trace.t[0] + dt) if n else 0.0}
     if n < 2:
@@ -145,6 +148,8 @@ def compute_metrics(trace: Trace, *, dt: float, weight: float = 0.0, floating_ba
     pred_n = trace.f_pred[:n, :, 2]
     meas_n = trace.f_meas[:n, :, 2]
     loaded = meas_n.sum(axis=1) > MIN_LOAD_FRACTION * weight
+    if force_ticks is not None:
+        loaded &= np.asarray(force_ticks[:n], dtype=bool)
     if loaded.any():
         err = np.abs(pred_n[loaded].sum(axis=1) - meas_n[loaded].sum(axis=1))
         mean_meas = float(np.mean(meas_n[loaded].sum(axis=1)))
@@ -165,6 +170,46 @@ def compute_metrics(trace: Trace, *, dt: float, weight: float = 0.0, floating_ba
         if known.any():
             meas_known = float(np.mean(meas_n[loaded][known].sum(axis=1)))
             out["force_error_sum_known_rel"] = float(err[known].mean() / meas_known) if meas_known > 0 else float("nan")
+    return out
+
+
+def sole_metrics(trace: Trace, model, surfaces, settle_s: float = 0.0,
+                 measured: np.ndarray | None = None) -> dict[str, Any]:
+    """How each flat foot was loaded (measured forces, flat ground), from ``settle_s`` [s] on,
+    on the ticks ``measured`` marks (N,) bool: those whose measured forces all arrived
+    (None: every tick; ``sole_ticks`` counts the ticks scored).
+
+    ``surfaces``: the robot's :class:`~idyn_control.model.ContactSurface` s; their corner
+    points are contacts of ``model``. A sole's centre of pressure is inside its polygon
+    exactly when every corner pushes (corners are the polygon's vertices), so per sole:
+    ``sole_cop_inside_fraction`` (ticks where every corner's normal force is > 0, over the
+    ticks scored), ``sole_min_corner_share`` (the least loaded corner's share of its sole's
+    load, minimum over ticks: 1/4 for a centred four-corner sole, 0 on an edge) and
+    ``sole_load_share_min`` (the sole's share of the summed normal force, minimum over
+    ticks: > 0 = both soles always loaded); ``sole_cop_inside_all`` is True when every sole
+    kept its centre of pressure inside on every tick scored.
+    """
+    index = {f: i for i, f in enumerate(model.contact_frames)}
+    n = trace.n
+    ticks = trace.t[:n] >= settle_s
+    if measured is not None:
+        ticks &= np.asarray(measured[:n], dtype=bool)
+    fz = trace.f_meas[:n][ticks, :, 2]
+    out: dict[str, Any] = {"sole_ticks": int(ticks.sum()), "sole_cop_inside_fraction": {},
+                           "sole_min_corner_share": {}, "sole_load_share_min": {}}
+    if not fz.shape[0]:
+        return out
+    total = fz.sum(axis=1)
+    for surface in surfaces:
+        corners = fz[:, [index[name] for name in surface.point_names()]]
+        load = corners.sum(axis=1)
+        inside = (corners > 0.0).all(axis=1)
+        share = np.divide(corners.min(axis=1), load, out=np.zeros_like(load), where=load > 0.0)
+        out["sole_cop_inside_fraction"][surface.link] = float(inside.mean())
+        out["sole_min_corner_share"][surface.link] = float(share.min())
+        out["sole_load_share_min"][surface.link] = float(
+            np.divide(load, total, out=np.zeros_like(load), where=total > 0.0).min())
+    out["sole_cop_inside_all"] = all(v == 1.0 for v in out["sole_cop_inside_fraction"].values())
     return out
 
 
@@ -202,6 +247,10 @@ def format_metrics(m: dict[str, Any]) -> str:
                      f"{m['tick_max_us']:.0f} µs")
     add("deadline misses (> 1 tick)", "deadline_misses", "d")
     add("fallback ticks", "fallback_ticks", "d")
+    for link, inside in m.get("sole_cop_inside_fraction", {}).items():
+        lines.append(f"  {'CoP inside ' + link:<34}{100 * inside:.2f} % of ticks (least loaded corner "
+                     f"≥ {100 * m['sole_min_corner_share'][link]:.1f} % of the sole, sole ≥ "
+                     f"{100 * m['sole_load_share_min'][link]:.0f} % of the weight)")
     fell = "no"
     if m.get("fell"):
         fell = "YES" + (f" at t = {m['fall_time_s']:.2f} s" if "fall_time_s" in m else "")

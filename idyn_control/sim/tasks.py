@@ -215,10 +215,26 @@ class BalanceConfig:
         return self.stand_s + self.shift_cycles * self.shift_period_s + self.squat_cycles * self.squat_period_s
 
 
+def _shift(t: float, period: float, amplitude: float) -> tuple[float, float]:
+    """One weight shift at ``t`` [s] into it: (offset [m], rate [m/s]) from rest to
+    +``amplitude`` (first quarter), over to −``amplitude`` (half), back to rest (last
+    quarter), each leg a half cosine: a sine's extremes and peak rate, but the rate is zero
+    where the shift starts and ends (a sine's is amplitude · 2π/period: a step in the base
+    velocity reference that unloads a sole's edge)."""
+    s, w = t / period, 2.0 * math.pi / period
+    if s < 0.25:
+        return 0.5 * amplitude * (1.0 - math.cos(2.0 * w * t)), amplitude * w * math.sin(2.0 * w * t)
+    if s < 0.75:
+        return amplitude * math.cos(w * t - 0.5 * math.pi), -amplitude * w * math.sin(w * t - 0.5 * math.pi)
+    u = 2.0 * w * t - 3.0 * math.pi  # 0 → π over the last quarter
+    return -0.5 * amplitude * (1.0 + math.cos(u)), amplitude * w * math.sin(u)
+
+
 class BalanceTask:
     """Body offsets of a standing robot over time (:meth:`Gait.set_body_offset`): stand,
     weight shifts, squats (:class:`BalanceConfig`). Smooth: each cycle is 1 − cos for the
-    squat and a sine for the shift, so offsets and their rates start and end at zero.
+    squat and half cosines for the shift (:func:`_shift`), so offsets and their rates start
+    and end at zero.
 
     Attributes:
         phase_log: per call, 0 stand, 1 shift, 2 squat (when ``ticks`` was given).
@@ -240,9 +256,7 @@ class BalanceTask:
         if t_shift < 0.0:
             return off, vel, 0
         if t_squat < 0.0:
-            w = 2.0 * math.pi / c.shift_period_s
-            a = c.shift_fraction * half_width
-            off[1], vel[1] = a * math.sin(w * t_shift), a * w * math.cos(w * t_shift)
+            off[1], vel[1] = _shift(t_shift % c.shift_period_s, c.shift_period_s, c.shift_fraction * half_width)
             return off, vel, 1
         if t_squat < c.squat_cycles * c.squat_period_s:
             w = 2.0 * math.pi / c.squat_period_s
@@ -268,13 +282,14 @@ class BalanceTask:
                                     for k, name in enumerate(("stand", "shift", "squat"))}}
 
 
-def make_task(name: str, ticks: int = 0) -> WaypointPolicy | BalanceTask | None:
+def make_task(name: str, ticks: int = 0, balance: dict | None = None) -> WaypointPolicy | BalanceTask | None:
     """``"trot"`` → None (the scenario's constant velocity); ``"waypoints"`` → a policy;
-    ``"balance"`` → a :class:`BalanceTask` (the robot stands: Scenario ``gait=False``)."""
+    ``"balance"`` → a :class:`BalanceTask` (the robot stands: Scenario ``gait=False``) of
+    the :class:`BalanceConfig` fields in ``balance``."""
     if name == "trot":
         return None
     if name == "waypoints":
         return WaypointPolicy(ticks=ticks)
     if name == "balance":
-        return BalanceTask(ticks=ticks)
+        return BalanceTask(BalanceConfig(**(balance or {})), ticks=ticks)
     raise UnknownNameError("task", name, TASKS)

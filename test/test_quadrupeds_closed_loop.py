@@ -1,0 +1,47 @@
+"""Issue 13's acceptance for legged robots with default options, lock-step in MuJoCo.
+
+Every shipped quadruped and two the package does not ship, each from its YAML file only
+(Unitree A1, 14 kg; HyQ, 87 kg: ``conftest.NEW_ROBOTS``), stands 5 s and then trots 5 s
+at 0.2 m/s with ``wbc_qp`` and with ``qp_coulomb``, every option at its default: it does
+not fall, the QP falls back on at most 0.1 % of the ticks, the pelvis holds its height
+while standing, the trot reaches the commanded speed and the predicted contact forces are
+the simulator's. Each tick runs compiled, as the node's loop does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pinocchio as pin
+import pytest
+
+from conftest import NEW_ROBOTS, write_robot_file
+from idyn_control import robots
+from idyn_control.sim.lockstep import Scenario, run_scenario
+
+#: the shipped robots with point feet, then the two described only by a file written here
+QUADRUPEDS = tuple(n for n in robots.names() if robots.spec(n).contact_frames and robots.spec(n).hand is None) \
+    + tuple(sorted(NEW_ROBOTS))
+STAND_S, TROT_S, SPEED_M_S = 5.0, 5.0, 0.2
+
+
+def test_the_set_covers_the_shipped_quadrupeds_and_a_heavy_unshipped_one(tmp_path):
+    assert {"quadruped", "solo12", "go2", "anymal_c"} <= set(QUADRUPEDS)
+    masses = {n: pin.computeTotalMass(robots.load(write_robot_file(tmp_path, n)).pin_model) for n in NEW_ROBOTS}
+    assert len(masses) >= 2 and max(masses.values()) > 30.0, masses
+
+
+@pytest.mark.parametrize("formulation", ["wbc_qp", "qp_coulomb"])
+@pytest.mark.parametrize("robot", QUADRUPEDS)
+def test_each_quadruped_stands_5_s_and_trots_5_s_with_default_options(robot, formulation, tmp_path):
+    source = str(write_robot_file(tmp_path, robot)) if robot in NEW_ROBOTS else robot
+    run = run_scenario(Scenario(robot=source, formulation=formulation, duration=STAND_S + TROT_S,
+                                trot_start=STAND_S, velocity=(SPEED_M_S, 0.0, 0.0), compiled=True))
+    m, tr = run.metrics, run.trace
+    assert not m["fell"], m
+    assert m["ticks"] == int(round((STAND_S + TROT_S) / 1e-3))
+    assert m["fallback_ticks"] <= 1e-3 * m["ticks"], m["fallback_ticks"]
+    standing = (tr.t >= 1.0) & (tr.t < STAND_S)  # risen from the crouch
+    assert np.ptp(tr.q[standing, 2]) < 0.01
+    assert np.abs(tr.q[standing, 0] - tr.q[standing, 0].mean()).max() < 0.01  # stands still
+    assert m["speed_along_command_m_s"] == pytest.approx(SPEED_M_S, rel=0.15), m
+    assert m["force_error_sum_rel"] < 0.05, m
