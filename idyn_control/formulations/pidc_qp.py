@@ -57,6 +57,12 @@ q̈ and forces of every result are those the returned τ produces with the activ
 held (so M q̈ + h = Bτ + Jᵀλ holds exactly): read from the stage-II force map for the two
 QP methods, from constrained forward dynamics for ``pidcwcu`` (its forces are implicit).
 
+**Compiled.** With ``backend`` "auto" (default) the three methods run compiled
+(:mod:`idyn_control.native`, solvers.cpp ``pidc_solve``: the same algorithm line for line,
+this module staying the reference) when the native tick is built; the compiled solver reads
+``lambda_des`` in place, so a new desired force is an ordinary tick (the node's compiled loop
+keeps it). ``"native"`` insists, ``"python"`` runs this code.
+
 Computation (the 1 kHz path): one QR of Jᵀ gives J⁺ and an orthonormal basis N of null(J),
 so P = N Nᵀ and P B_s = N W with W = (rows s of N)ᵀ, a d × n_s matrix (d = dim null(J),
 6 on a quadruped): pseudo-inverses and null spaces of P B_s come from W (NᵀN = I), M⁻¹ is
@@ -72,6 +78,7 @@ from typing import Mapping
 
 import numpy as np
 
+from .. import native
 from ..errors import ShapeError, UnknownNameError
 from ..linalg import chol_solve, cholesky, pinv, pinv_and_null_space, psd_pinv_solve, solve_pd
 from ..qp import INF, SOLVED, STRICT_INFEASIBILITY_TOLERANCE, QpOutcome, QpSolver
@@ -106,6 +113,7 @@ class _ProjectedForceControl(Formulation):
     defaults = {
         "force_contacts": (),  # frames whose force is controlled (set_desired_forces)
         "rcond": 1e-10,        # cut-off of small singular values in pseudo-inverses
+        "backend": "auto",     # "auto" | "native" | "python": the compiled tick (idyn_control.native)
     }
 
     def __init__(self, model, *, dt=1e-3, **options):
@@ -127,6 +135,22 @@ class _ProjectedForceControl(Formulation):
         self._eye_nv = np.eye(model.nv)
         self._rhs = np.zeros((3 * k, 1 + model.na))  # right-hand sides of the Delassus solve
         self._active_version = -1  # contacts.version the active-set caches were built for
+        #: ticks whose stage I needed its last resort / whose friction rows were elastic (QP methods)
+        self.stage1_loose = 0
+        self.friction_elastic = 0
+        #: inequalities that bind in the last solve (QP methods; 0 on the fast path)
+        self.n_active_inequalities = 0
+        self._native = self._native_backend(native.Pidc)
+
+    def _native_compute(self) -> tuple[str, int, float]:
+        """The tick in C++ (``backend``): same outputs, counters and relaxations as ``_compute``."""
+        status, iterations, solve_time = self._native.solve()
+        info = self._native.info
+        self.n_active_inequalities = int(info[2])
+        self.stage1_loose, self.friction_elastic = int(info[3]), int(info[4])
+        if info[5]:
+            self.relax("friction", info[6])
+        return native.STATUS[status], iterations, solve_time
 
     # ------------------------------------------------------------------ inputs
     def set_desired_forces(self, forces: Mapping[str, np.ndarray] | np.ndarray) -> None:
@@ -251,21 +275,18 @@ class PidcQp(_ProjectedForceControl):
         self.qp_motion_loose = QpSolver(na, 0, na, solver=o["solver"], warm_start=o["warm_start"],
                                         eps_abs=max(o["eps_abs"], LAST_RESORT_EPS_ABS))
         self.qp_motion_loose.C[:] = np.eye(na)
-        self.stage1_loose = 0  # ticks whose stage I needed it
-        self.friction_elastic = 0  # ticks whose friction rows were elastic
         self._K = np.zeros((na, na))
         self._K_blocks = np.zeros((na, na))  # K with its rows ordered (B_m joints, B_f joints)
         self._free = np.zeros(na)
         self._eye_na = np.eye(na)
-        #: inequalities that bind in the last solve (stage I + stage II): at their bound
-        #: after a QP; 0 when the unconstrained optima were feasible (fast path)
-        self.n_active_inequalities = 0
 
     def reset(self):
         self.qp_motion.reset()
         self.qp_motion_loose.reset()
         self.qp_force.reset()
         self.qp_force_elastic.reset()
+        if self._native is not None:
+            self._native.reset()
 
     def relaxations(self) -> dict[str, int]:
         return {"friction_elastic": self.friction_elastic}
@@ -306,6 +327,8 @@ class PidcQp(_ProjectedForceControl):
 
     # ---------------------------------------------------------------- the two stages
     def _compute(self):
+        if self._native is not None:
+            return self._native_compute()
         m = self.model
         rcond, eps = self.options["rcond"], self.options["regularization"]
         self._project()
@@ -527,6 +550,8 @@ class Pidcwcu(_ProjectedForceControl):
     name = "pidcwcu"
 
     def _compute(self):
+        if self._native is not None:
+            return self._native_compute()
         nb, rcond = self.model.n_base, self.options["rcond"]
         self._project()
         N = self.N
