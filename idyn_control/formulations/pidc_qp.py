@@ -135,19 +135,47 @@ class _ProjectedForceControl(Formulation):
         self._eye_nv = np.eye(model.nv)
         self._rhs = np.zeros((3 * k, 1 + model.na))  # right-hand sides of the Delassus solve
         self._active_version = -1  # contacts.version the active-set caches were built for
-        #: ticks whose stage I needed its last resort / whose friction rows were elastic (QP methods)
-        self.stage1_loose = 0
-        self.friction_elastic = 0
-        #: inequalities that bind in the last solve (QP methods; 0 on the fast path)
-        self.n_active_inequalities = 0
+        self._native = None
+        self._counts = [0, 0, 0]  # the Python backend's: see the properties below
         self._native = self._native_backend(native.Pidc)
+
+    # counters of the QP methods; with the compiled backend they are the C++ solver's, so they
+    # include the ticks the node's compiled loop ran without Python (slots of native.Pidc.info)
+    def _count(self, i: int) -> int:
+        return int(self._native.info[2 + i]) if self._native is not None else self._counts[i]
+
+    @property
+    def n_active_inequalities(self) -> int:
+        """Inequalities at their bound after the last solve (stage I + stage II); 0 when the
+        unconstrained optima were feasible (fast path)."""
+        return self._count(0)
+
+    @n_active_inequalities.setter
+    def n_active_inequalities(self, value: int) -> None:
+        self._counts[0] = value
+
+    @property
+    def stage1_loose(self) -> int:
+        """Ticks whose stage I needed its last resort (solved again at LAST_RESORT_EPS_ABS)."""
+        return self._count(1)
+
+    @stage1_loose.setter
+    def stage1_loose(self, value: int) -> None:
+        self._counts[1] = value
+
+    @property
+    def friction_elastic(self) -> int:
+        """Ticks whose stage-II friction rows were elastic (its last resort)."""
+        return self._count(2)
+
+    @friction_elastic.setter
+    def friction_elastic(self, value: int) -> None:
+        self._counts[2] = value
 
     def _native_compute(self) -> tuple[str, int, float]:
         """The tick in C++ (``backend``): same outputs, counters and relaxations as ``_compute``."""
         status, iterations, solve_time = self._native.solve()
         info = self._native.info
-        self.n_active_inequalities = int(info[2])
-        self.stage1_loose, self.friction_elastic = int(info[3]), int(info[4])
         if info[5]:
             self.relax("friction", info[6])
         return native.STATUS[status], iterations, solve_time
