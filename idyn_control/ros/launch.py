@@ -37,12 +37,40 @@ class PrivateEnvironment:
     variables: dict[str, str]
 
 
-def private_environment(domain_id: int | None = None) -> PrivateEnvironment:
-    """``domain_id``, else ``$IDYN_DEMO_DOMAIN_ID``, else a random one in [100, 230]."""
+def private_environment(domain_id: int | None = None, *, probe_s: float = 1.5,
+                        attempts: int = 8) -> PrivateEnvironment:
+    """``domain_id``, else ``$IDYN_DEMO_DOMAIN_ID``, else a random one in [100, 230] on which
+    no node was discovered within ``probe_s`` (up to ``attempts`` draws; the last one is
+    taken regardless). Other runs on the machine pick their domains at random too: two in
+    one domain would drive each other's robot (both name their nodes alike)."""
     if domain_id is None:
-        domain_id = int(os.environ.get("IDYN_DEMO_DOMAIN_ID", 0)) or \
-            random.Random(os.getpid() ^ time.time_ns()).randint(100, 230)
+        domain_id = int(os.environ.get("IDYN_DEMO_DOMAIN_ID", 0))
+    if not domain_id:
+        draw = random.Random(os.getpid() ^ time.time_ns())
+        for attempt in range(attempts):
+            domain_id = draw.randint(100, 230)
+            if attempt == attempts - 1 or not _domain_has_nodes(domain_id, probe_s):
+                break
     return PrivateEnvironment(domain_id, dict(os.environ, ROS_DOMAIN_ID=str(domain_id), PYTHONUNBUFFERED="1"))
+
+
+def _domain_has_nodes(domain_id: int, probe_s: float) -> bool:
+    """Whether a node of another participant is discovered on ``domain_id`` within ``probe_s``."""
+    import rclpy
+
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain_id)
+    node = rclpy.create_node("idyn_domain_probe", context=context)
+    try:
+        end = time.monotonic() + probe_s
+        while time.monotonic() < end:
+            if any(name != "idyn_domain_probe" for name, _ in node.get_node_names_and_namespaces()):
+                return True
+            time.sleep(0.05)
+        return False
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)
 
 
 def bridge_command(robot: str, *, friction: float, compliant: bool = False, crouch: float = 0.0,
