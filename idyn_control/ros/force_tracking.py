@@ -207,8 +207,10 @@ def run_force_tracking_ros(scenario: ForceTrackingScenario | None = None, *, out
             if failure:
                 break
         wall_end = time.monotonic()
-        settle = time.monotonic() + 1.2  # the node's next /diagnostics (2 Hz) counts every tick
-        while time.monotonic() < settle and not processes.dead():
+        # the simulation stops; the node's next /diagnostics (2 Hz) count the run's ticks
+        processes.stop("bridge")
+        settle = time.monotonic() + 1.2
+        while time.monotonic() < settle and "controller" not in processes.dead():
             executor.spin_once(timeout_sec=0.05)
     finally:
         processes.close()

@@ -105,7 +105,7 @@ class Processes:
     def start(self, name: str, cmd: list[str]) -> subprocess.Popen:
         log = open(self.out / f"{name}.log", "w")
         self._logs.append(log)
-        proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
         self.procs[name] = proc
         return proc
 
@@ -113,16 +113,12 @@ class Processes:
         """Names of the processes that have exited."""
         return [name for name, p in self.procs.items() if p.poll() is not None]
 
+    def stop(self, name: str) -> None:
+        """Stop one process (SIGTERM, then SIGKILL after ``grace_s``); its log stays open."""
+        _stop([self.procs[name]], self.grace_s)
+
     def close(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=self.grace_s)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        _stop(list(self.procs.values()), self.grace_s)
         for log in self._logs:
             log.close()
         self._logs.clear()
@@ -132,3 +128,26 @@ class Processes:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the parent dies (Linux), so a run killed from
+    outside (a test's timeout) leaves no node behind to drive another run's robot."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _stop(procs: list[subprocess.Popen], grace_s: float) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
