@@ -230,6 +230,18 @@ def _bind_solver(make, *args):
         raise NativeUnavailable(str(err)) from None
 
 
+def _adopt(solver) -> None:
+    """A QP solver wrapper takes its binding (``solver._ext``): the effort limits' owner, the
+    solve, the handle and the addresses of the compiled loop's plan: (qdd_des, active,
+    options), (qdd, tau, forces, info)."""
+    ext = solver._ext
+    solver._tau_max.solver = ext
+    solver._solve = ext.solve
+    solver.handle = ext.handle
+    a = ext.addresses
+    solver._addrs, solver._out = a[:3], a[4:]
+
+
 class Wbc:
     """``wbc_qp`` in C++ (solvers.cpp ``wbc_solve``)."""
 
@@ -308,12 +320,7 @@ class QpContact:
         self._ext = _bind_solver(self.lib.Qpc, engine._ext, f.dt, bool(f.infinite_friction), bool(o["warm_start"]),
                                  float(o["eps_abs"]), f.pyramid, cs.basis, cs.phi, cs.max_normal_force, f.qdd_des,
                                  cs.active, self.options, self._tau_max.array, f.qdd, f.tau, f.forces, self.info)
-        self._tau_max.solver = self._ext
-        self._solve = self._ext.solve
-        self.handle = self._ext.handle
-        # addresses for the compiled loop's plan: (qdd_des, active, options), (qdd, tau, forces, info)
-        a = self._ext.addresses
-        self._addrs, self._out = a[:3], a[4:]
+        _adopt(self)
 
     def write_settings(self) -> None:
         """The options the solve reads (compiled ticks read the last ones)."""
@@ -358,12 +365,7 @@ class Pidc:
                                  float(o.get("eps_abs", 1e-9)), cs.friction_rows, cs.basis, self._chain, self._force,
                                  f.lambda_des, f.qdd_des, cs.active, self.options, self._tau_max.array, f.qdd, f.tau,
                                  f.forces, self.info)
-        self._tau_max.solver = self._ext
-        self._solve = self._ext.solve
-        self.handle = self._ext.handle
-        # addresses for the compiled loop's plan: (qdd_des, active, options), (qdd, tau, forces, info)
-        a = self._ext.addresses
-        self._addrs, self._out = a[:3], a[4:]
+        _adopt(self)
 
     def write_settings(self) -> None:
         """The options the solve reads (compiled ticks of the node's loop read the last ones)."""

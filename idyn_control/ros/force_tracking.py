@@ -49,6 +49,8 @@ from .launch import BRIDGE, CONTROLLER, Processes, bridge_command, node_command,
 
 #: wall seconds without simulated progress before a run is given up
 STALL_S = 60.0
+#: odometry messages between checks for a fall (the run stops after one; 50 ms at 1 kHz)
+FALL_CHECK_EVERY = 50
 
 
 def controller_params(s: ForceTrackingScenario, q_stance: np.ndarray, model, *, loop_mode: str) -> dict[str, Any]:
@@ -102,6 +104,7 @@ def run_force_tracking_ros(scenario: ForceTrackingScenario | None = None, *, out
     from nav_msgs.msg import Odometry
     from rclpy.experimental import EventsExecutor
     from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+    from rclpy.serialization import deserialize_message
     from sensor_msgs.msg import JointState
 
     s = replace(scenario or ForceTrackingScenario(), **overrides)
@@ -118,7 +121,7 @@ def run_force_tracking_ros(scenario: ForceTrackingScenario | None = None, *, out
     records: dict[str, list[bytes]] = {t: [] for t in (*bridge_topics, predicted_topic)}
     diag: dict[str, str] = {}
     ticks = int(round(s.length_s / s.dt))
-    state = {"t_ns": -1, "started": 0.0}
+    state = {"t_ns": -1, "started": 0.0, "fell": False}
 
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=env.domain_id)
@@ -153,7 +156,16 @@ def run_force_tracking_ros(scenario: ForceTrackingScenario | None = None, *, out
         return keep.append
 
     node.create_subscription(JointState, "/joint_states", on_joint_states, reliable, raw=True)
-    node.create_subscription(Odometry, "/odom", recorder("/odom"), reliable, raw=True)
+    odometry = records["/odom"]
+
+    def on_odom(data: bytes) -> None:
+        odometry.append(data)
+        if len(odometry) % FALL_CHECK_EVERY == 0 and not state["fell"]:  # the run stops once the torso fell
+            pose = deserialize_message(data, Odometry).pose.pose
+            p, r = pose.position, pose.orientation
+            state["fell"] = fallen(np.array([p.x, p.y, p.z, r.x, r.y, r.z, r.w]), s.base_height)
+
+    node.create_subscription(Odometry, "/odom", on_odom, reliable, raw=True)
     for topic in (*bridge_topics[2:], predicted_topic):
         node.create_subscription(WrenchStamped, topic, recorder(topic), reliable, raw=True)
 
@@ -193,7 +205,7 @@ def run_force_tracking_ros(scenario: ForceTrackingScenario | None = None, *, out
         log(f"    ROS_DOMAIN_ID={env.domain_id}: idyn_sim and idyn_controller ({loop_mode}) up; logs in {out}/")
         end_ns = int(round((ticks + 1) * s.dt * 1e9))
         progress_wall, progress_ns = time.monotonic(), 0
-        while state["t_ns"] < end_ns:
+        while state["t_ns"] < end_ns and not state["fell"]:
             executor.spin_once(timeout_sec=0.01)
             now = time.monotonic()
             if state["t_ns"] > progress_ns:
