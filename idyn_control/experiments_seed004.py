@@ -160,10 +160,13 @@ def format_markdown(report: dict[str, Any], figures: list[str]) -> str:
                   "Python ticks of its loop, input → command latency in the node, joints clamped to their "
                   "effort limit, real-time factor of the lock-step simulation over DDS, and which reference "
                   "the ticks used (among the ticks whose predicted force equals a reference: the previous "
-                  "tick's, this tick's, the next tick's; the stream is asynchronous to the node by one hop).", "",
+                  "tick's, this tick's, the next tick's; the stream is asynchronous to the node by one hop), "
+                  "ticks whose messages the recorder lost (the bridge's publishers keep 10 samples; left out "
+                  "of the errors).", "",
                   "| profile | controller | compiled / Python ticks | input → command p50 / p99 [µs] | "
-                  "clamped joint-ticks | real-time factor | reference used: previous / this / next |",
-                  "|---|---|---|---|---|---|---|"]
+                  "clamped joint-ticks | real-time factor | reference used: previous / this / next | "
+                  "ticks not recorded |",
+                  "|---|---|---|---|---|---|---|---|"]
         for c in ros_cells:
             r = c["metrics"].get("ros", {})
             lag = r.get("reference_lag", {})
@@ -172,7 +175,7 @@ def format_markdown(report: dict[str, Any], figures: list[str]) -> str:
                 f"{r.get('python_ticks', math.nan):.0f} | {r.get('input_to_command_p50_us', math.nan):.0f} / "
                 f"{r.get('input_to_command_p99_us', math.nan):.0f} | {r.get('saturated_joint_ticks', math.nan):.0f} | "
                 f"{r.get('real_time_factor', math.nan):.2f} | {lag.get('previous_tick', 0)} / "
-                f"{lag.get('this_tick', 0)} / {lag.get('next_tick', 0)} |")
+                f"{lag.get('this_tick', 0)} / {lag.get('next_tick', 0)} | {r.get('unrecorded_ticks', 0)} |")
         lines.append("")
     prop = next((c for c in report["cells"] if c["id"] == "sine/pidc_qp"), None)
     if prop is not None:

@@ -235,6 +235,7 @@ def run_force_tracking_ros(scenario: ForceTrackingScenario | None = None, *, out
     if not run.t.size:
         raise RuntimeError(f"seed 004 through the node: no tick recorded ({failure or 'no state'}; logs in {out}/)")
     sim_s = state["t_ns"] * 1e-9
+    unrecorded = run.metrics["unrecorded_ticks"]
     run.metrics = summarize(run)
     keep = settled_mask(run) & predicted  # the predicted force where the node published it
     error = (run.f_pred - run.f_des)[keep]
@@ -242,6 +243,7 @@ def run_force_tracking_ros(scenario: ForceTrackingScenario | None = None, *, out
     run.metrics["ros"] = _node_numbers(diag, run, predicted, sim_s,
                                        wall_end - state["started"] if state["started"] else math.nan, failure,
                                        env.domain_id, loop_mode)
+    run.metrics["ros"]["unrecorded_ticks"] = unrecorded
     run.metrics["ros"]["bridge"] = {k: float(bridge_diag[k]) for k in
                                     ("steps", "commands", "lockstep_resends", "lockstep_timeouts", "timeouts")
                                     if k in bridge_diag}
@@ -323,37 +325,41 @@ def _build_run(s: ForceTrackingScenario, model, records: dict[str, list[bytes]],
             f = msg.wrench.force
             f_pred_local[i] = (f.x, f.y, f.z)
     k = model.contact_index(s.force_frame)
-    # ticks 0..m-1 where the state and what followed it are all there (a run that stopped
-    # early, or a lost message, ends the series)
+    # the ticks whose state and what followed it were all recorded, up to the last one the
+    # run reached: the bridge's publishers keep 10 samples, so a recorder that fell behind
+    # on a loaded machine lost a few (those ticks are left out, and counted)
     complete = ~(np.isnan(q).any(axis=1) | np.isnan(tau_applied).any(axis=1) | np.isnan(f_meas).any(axis=(1, 2)))
-    m = int(np.argmin(complete)) if not complete.all() else n
-    m = min(m, ticks)
+    complete[ticks:] = False
+    reached = int(np.flatnonzero(complete)[-1]) + 1 if complete.any() else 0
+    kept = np.flatnonzero(complete)
+    m = kept.size
     run = allocate_run(s, m, model.na, model.tau_max)
+    run.metrics["unrecorded_ticks"] = reached - m
     pm, data = model.pin_model, model.pin_model.createData()
     fid = model.contact_frame_ids[k]
     support = np.arange(len(frames)) != k
     foot0 = None
     predicted = np.zeros(m, dtype=bool)
-    for i in range(m):
+    for j, i in enumerate(kept):
         qi = q[i]
         pin.framesForwardKinematics(pm, data, qi)
         foot = data.oMf[fid]
         foot0 = foot.translation.copy() if foot0 is None else foot0
-        run.t[i] = i * s.dt
-        desired_force(s.profile, run.t[i], s.step_level_s, out=run.f_des[i])
-        run.f_meas[i] = f_meas[i, k]
-        run.f_support[i] = f_meas[i, support].sum(axis=0)
-        run.base_pos[i] = qi[:3]
-        run.base_rpy[i] = base_rpy(qi)
-        run.tau[i] = run.tau_raw[i] = tau_applied[i]
-        run.slip[i] = float(np.linalg.norm((foot.translation - foot0)[:2]))
+        run.t[j] = i * s.dt
+        desired_force(s.profile, run.t[j], s.step_level_s, out=run.f_des[j])
+        run.f_meas[j] = f_meas[i, k]
+        run.f_support[j] = f_meas[i, support].sum(axis=0)
+        run.base_pos[j] = qi[:3]
+        run.base_rpy[j] = base_rpy(qi)
+        run.tau[j] = run.tau_raw[j] = tau_applied[i]
+        run.slip[j] = float(np.linalg.norm((foot.translation - foot0)[:2]))
         if not np.isnan(f_pred_local[i]).any():
-            run.f_pred[i] = foot.rotation @ f_pred_local[i]  # contact frame → world
-            predicted[i] = True
+            run.f_pred[j] = foot.rotation @ f_pred_local[i]  # contact frame → world
+            predicted[j] = True
         if fallen(qi, s.base_height):
-            run.fall_time_s = run.t[i] + s.dt
-            trim(run, i + 1)
-            predicted = predicted[:i + 1]
+            run.fall_time_s = run.t[j] + s.dt
+            trim(run, j + 1)
+            predicted = predicted[:j + 1]
             break
     return run, predicted
 
