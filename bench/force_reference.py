@@ -1,7 +1,8 @@
 """pidc_qp in the node with a desired force streamed at the control rate, through real DDS.
 
     PYTHONPATH=. python bench/force_reference.py [--loop-mode native|triggered] [--send stream|once]
-                                                 [--seconds 8] [--warmup 4]
+                                                 [--backend auto|python] [--seconds 8] [--warmup 4]
+                                                 [--json results/force_reference.json]
 
 Starts the node in its own process with ``config/anymal_c_force.yaml`` (ANYmal C, pidc_qp,
 LF_FOOT force-controlled; ``loop_mode`` overridden) and, in this process and one thread,
@@ -9,12 +10,14 @@ publishes /joint_states and /odom (standing, 1 kHz) and the desired wrench of LF
 (F_z = 140 − 50 sin 2t N; every period with ``stream``, once a second with ``once``).
 Prints, over the window after ``--warmup`` (from the node's /diagnostics): ticks per
 second, deadline miss rate, input → command latency p50/p99 (whole run) and how the native
-loop ran the ticks (compiled / handed to Python).
+loop ran the ticks (compiled / handed to Python); ``--json`` appends them to a JSON list.
+``--backend python`` runs pidc_qp's Python code (``formulation_options.backend``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import random
@@ -43,12 +46,15 @@ def main() -> None:
     ap.add_argument("--send", choices=("stream", "once"), default="stream")
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--warmup", type=float, default=4.0)
+    ap.add_argument("--backend", choices=("auto", "python"), default="auto")
+    ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     domain = random.randint(1, 200)
     proc = subprocess.Popen(
         [sys.executable, "-m", "idyn_control.ros.controller_node", "--ros-args", "--params-file",
          str(ROOT / "config" / "anymal_c_force.yaml"), "-p", f"loop_mode:={args.loop_mode}",
-         "-p", "diagnostics_rate_hz:=5.0", "-p", "contacts.desired_wrench_timeout:=0.0"],
+         "-p", "diagnostics_rate_hz:=5.0", "-p", "contacts.desired_wrench_timeout:=0.0",
+         "-p", f"formulation_options.backend:={args.backend}"],
         env=dict(os.environ, ROS_DOMAIN_ID=str(domain)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain)
@@ -108,7 +114,17 @@ def main() -> None:
         return float(after.get(key, "nan")) - float(before.get(key, "nan"))
 
     ticks = delta("ticks")
-    print(f"loop_mode {args.loop_mode}, desired wrench {args.send}: {ticks / args.seconds:.0f} ticks/s "
+    result = {"loop_mode": args.loop_mode, "send": args.send, "backend": args.backend, "seconds": args.seconds,
+              "ticks_per_s": ticks / args.seconds, "deadline_miss_rate": delta("deadline_misses") / max(ticks, 1),
+              "input_to_command_p50_us": float(after["input_to_command_p50_us"]),
+              "input_to_command_p99_us": float(after["input_to_command_p99_us"]),
+              "native_compiled_ticks": delta("native_loop.compiled_ticks"),
+              "native_python_ticks": delta("native_loop.python_ticks"), "compute_p50_us": float(after.get("compute_p50_us", "nan"))}
+    if args.json is not None:
+        runs = json.loads(args.json.read_text()) if args.json.exists() else []
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(runs + [result], indent=1))
+    print(f"loop_mode {args.loop_mode} ({args.backend}), desired wrench {args.send}: {ticks / args.seconds:.0f} ticks/s "
           f"(1000 wanted), deadline misses {delta('deadline_misses') / max(ticks, 1):.0%}, "
           f"input→command p50 {float(after['input_to_command_p50_us']):.0f} µs "
           f"p99 {float(after['input_to_command_p99_us']):.0f} µs, "

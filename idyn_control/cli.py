@@ -4,7 +4,7 @@
     idyn-control bench --scenarios standing,trot --rounds 5 --json results/bench.json
     idyn-control check-config config/solo12.yaml
     idyn-control experiments seed000 [--quick] [--workers N] [--out DIR]
-    idyn-control experiments seed004 [--quick] [--out DIR]
+    idyn-control experiments seed004 [--quick] [--ros] [--out DIR]
     idyn-control experiments faults [--quick] [--out DIR]
 """
 

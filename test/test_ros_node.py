@@ -760,7 +760,8 @@ def test_desired_wrenches_reach_pidc_qp_over_dds_and_bad_ones_are_dropped(loop_m
     frame, a torque and a force above contacts.max_desired_force are dropped, counted in
     /diagnostics, and the previous reference kept; a reference in the contact frame is
     rotated into the world; a stale one goes back to zero after the timeout. In loop_mode
-    native the Python-only formulation runs on the compiled loop's thread."""
+    native (pidc_qp compiled) a new reference stays a compiled tick: the loop writes it into
+    the compiled solver's buffer."""
     from geometry_msgs.msg import WrenchStamped
     from rclpy.parameter import Parameter
 
@@ -834,11 +835,12 @@ def test_desired_wrenches_reach_pidc_qp_over_dds_and_bad_ones_are_dropped(loop_m
                 executor.spin_once(timeout_sec=0.01)
                 if node._source_counts["formulation"] > ticks + 2:
                     break
-            result = node._last_result
-            assert node._last_source == "formulation" and result is not None
-            return result.tau.copy(), dict(zip(result.contact_frames, np.array(result.forces)))
+            assert node._last_source == "formulation"
+            # the last tick's command and forces, whichever ran it (Python, or the compiled loop)
+            return node._tau.copy(), dict(zip(m.contact_frames, f.forces.copy()))
 
         f = node.ctrl.formulation
+        assert f.backend == "native" or not native.available()
         lf = m.contact_index("LF_FOOT")
         J_leg = _lf_leg_jacobian(m, q, "LF_FOOT")
         tau0, forces0 = feed(0.5)  # no reference yet: λ_d = 0
@@ -853,7 +855,7 @@ def test_desired_wrenches_reach_pidc_qp_over_dds_and_bad_ones_are_dropped(loop_m
         leg = np.flatnonzero(np.abs(J_leg).sum(axis=0) > 0)  # the LF leg's joints
         np.testing.assert_allclose(change[leg], -J_leg[:, leg].T @ (desired - forces0["LF_FOOT"]), atol=1e-5)
         assert np.abs(change[leg]).max() > 10.0  # 140 N on a ~0.3 m lever: tens of N·m
-        np.testing.assert_allclose(node._tau, tau1, atol=1e-9)  # commanded as solved
+        np.testing.assert_allclose(f.tau, tau1, atol=1e-9)  # commanded as solved
         # malformed references: dropped, counted, the previous one kept
         for bad in (wrench([math.nan, 0.0, 100.0]), wrench([0.0, 0.0, 100.0], frame_id="base"),
                     wrench([0.0, 0.0, 100.0], frame_id=""), wrench([0.0, 0.0, 100.0], torque=(0.0, 1.0, 0.0)),
@@ -887,9 +889,11 @@ def test_desired_wrenches_reach_pidc_qp_over_dds_and_bad_ones_are_dropped(loop_m
         assert node.diagnostics_values()["stale_ticks.desired_wrench"] > 0
         _, forces = feed(0.3, wrench(desired))
         np.testing.assert_allclose(forces["LF_FOOT"], desired, atol=1e-6)
-        if loop_mode == "native":  # ticked on the compiled loop's thread, in Python
+        if loop_mode == "native" and f.backend == "native":
+            # a streamed reference is a routine compiled tick: Python ran the first tick, the
+            # timeout change and the stale references (zeroed, warned, counted), little else
             values = node.diagnostics_values()
-            assert values["native_loop.python_ticks"] > 100 and values["native_loop.compiled_ticks"] == 0
+            assert values["native_loop.compiled_ticks"] > 5 * values["native_loop.python_ticks"], values
     finally:
         feeder.destroy_node()
         node.destroy_node()

@@ -57,6 +57,12 @@ q̈ and forces of every result are those the returned τ produces with the activ
 held (so M q̈ + h = Bτ + Jᵀλ holds exactly): read from the stage-II force map for the two
 QP methods, from constrained forward dynamics for ``pidcwcu`` (its forces are implicit).
 
+**Compiled.** With ``backend`` "auto" (default) the three methods run compiled
+(:mod:`idyn_control.native`, solvers.cpp ``pidc_solve``: the same algorithm line for line,
+this module staying the reference) when the native tick is built; the compiled solver reads
+``lambda_des`` in place, so a new desired force is an ordinary tick (the node's compiled loop
+keeps it). ``"native"`` insists, ``"python"`` runs this code.
+
 Computation (the 1 kHz path): one QR of Jᵀ gives J⁺ and an orthonormal basis N of null(J),
 so P = N Nᵀ and P B_s = N W with W = (rows s of N)ᵀ, a d × n_s matrix (d = dim null(J),
 6 on a quadruped): pseudo-inverses and null spaces of P B_s come from W (NᵀN = I), M⁻¹ is
@@ -72,6 +78,7 @@ from typing import Mapping
 
 import numpy as np
 
+from .. import native
 from ..errors import ShapeError, UnknownNameError
 from ..linalg import chol_solve, cholesky, pinv, pinv_and_null_space, psd_pinv_solve, solve_pd
 from ..qp import INF, SOLVED, STRICT_INFEASIBILITY_TOLERANCE, QpOutcome, QpSolver
@@ -106,6 +113,7 @@ class _ProjectedForceControl(Formulation):
     defaults = {
         "force_contacts": (),  # frames whose force is controlled (set_desired_forces)
         "rcond": 1e-10,        # cut-off of small singular values in pseudo-inverses
+        "backend": "auto",     # "auto" | "native" | "python": the compiled tick (idyn_control.native)
     }
 
     def __init__(self, model, *, dt=1e-3, **options):
@@ -127,6 +135,50 @@ class _ProjectedForceControl(Formulation):
         self._eye_nv = np.eye(model.nv)
         self._rhs = np.zeros((3 * k, 1 + model.na))  # right-hand sides of the Delassus solve
         self._active_version = -1  # contacts.version the active-set caches were built for
+        self._native = None
+        self._counts = [0, 0, 0]  # the Python backend's: see the properties below
+        self._native = self._native_backend(native.Pidc)
+
+    # counters of the QP methods; with the compiled backend they are the C++ solver's, so they
+    # include the ticks the node's compiled loop ran without Python (slots of native.Pidc.info)
+    def _count(self, i: int) -> int:
+        return int(self._native.info[2 + i]) if self._native is not None else self._counts[i]
+
+    @property
+    def n_active_inequalities(self) -> int:
+        """Inequalities at their bound after the last solve (stage I + stage II); 0 when the
+        unconstrained optima were feasible (fast path)."""
+        return self._count(0)
+
+    @n_active_inequalities.setter
+    def n_active_inequalities(self, value: int) -> None:
+        self._counts[0] = value
+
+    @property
+    def stage1_loose(self) -> int:
+        """Ticks whose stage I needed its last resort (solved again at LAST_RESORT_EPS_ABS)."""
+        return self._count(1)
+
+    @stage1_loose.setter
+    def stage1_loose(self, value: int) -> None:
+        self._counts[1] = value
+
+    @property
+    def friction_elastic(self) -> int:
+        """Ticks whose stage-II friction rows were elastic (its last resort)."""
+        return self._count(2)
+
+    @friction_elastic.setter
+    def friction_elastic(self, value: int) -> None:
+        self._counts[2] = value
+
+    def _native_compute(self) -> tuple[str, int, float]:
+        """The tick in C++ (``backend``): same outputs, counters and relaxations as ``_compute``."""
+        status, iterations, solve_time = self._native.solve()
+        info = self._native.info
+        if info[5]:
+            self.relax("friction", info[6])
+        return native.STATUS[status], iterations, solve_time
 
     # ------------------------------------------------------------------ inputs
     def set_desired_forces(self, forces: Mapping[str, np.ndarray] | np.ndarray) -> None:
@@ -251,21 +303,18 @@ class PidcQp(_ProjectedForceControl):
         self.qp_motion_loose = QpSolver(na, 0, na, solver=o["solver"], warm_start=o["warm_start"],
                                         eps_abs=max(o["eps_abs"], LAST_RESORT_EPS_ABS))
         self.qp_motion_loose.C[:] = np.eye(na)
-        self.stage1_loose = 0  # ticks whose stage I needed it
-        self.friction_elastic = 0  # ticks whose friction rows were elastic
         self._K = np.zeros((na, na))
         self._K_blocks = np.zeros((na, na))  # K with its rows ordered (B_m joints, B_f joints)
         self._free = np.zeros(na)
         self._eye_na = np.eye(na)
-        #: inequalities that bind in the last solve (stage I + stage II): at their bound
-        #: after a QP; 0 when the unconstrained optima were feasible (fast path)
-        self.n_active_inequalities = 0
 
     def reset(self):
         self.qp_motion.reset()
         self.qp_motion_loose.reset()
         self.qp_force.reset()
         self.qp_force_elastic.reset()
+        if self._native is not None:
+            self._native.reset()
 
     def relaxations(self) -> dict[str, int]:
         return {"friction_elastic": self.friction_elastic}
@@ -306,6 +355,8 @@ class PidcQp(_ProjectedForceControl):
 
     # ---------------------------------------------------------------- the two stages
     def _compute(self):
+        if self._native is not None:
+            return self._native_compute()
         m = self.model
         rcond, eps = self.options["rcond"], self.options["regularization"]
         self._project()
@@ -527,6 +578,8 @@ class Pidcwcu(_ProjectedForceControl):
     name = "pidcwcu"
 
     def _compute(self):
+        if self._native is not None:
+            return self._native_compute()
         nb, rcond = self.model.n_base, self.options["rcond"]
         self._project()
         N = self.N

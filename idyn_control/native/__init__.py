@@ -1,4 +1,5 @@
-"""The compiled tick: ``wbc_qp``, ``qp_coulomb`` and ``qp_noslip`` in one C++ call per tick.
+"""The compiled tick: ``wbc_qp``, ``qp_coulomb``, ``qp_noslip``, ``pidc_qp`` (and its baselines
+``pidc_qp_howsm``, ``pidcwcu``) in one C++ call per tick.
 
 The Python formulations are the reference implementation; this is the same algorithm,
 line for line, in header-only C++ on Pinocchio and ProxQP (``engine.cpp`` for the
@@ -229,6 +230,18 @@ def _bind_solver(make, *args):
         raise NativeUnavailable(str(err)) from None
 
 
+def _adopt(solver) -> None:
+    """A QP solver wrapper takes its binding (``solver._ext``): the effort limits' owner, the
+    solve, the handle and the addresses of the compiled loop's plan: (qdd_des, active,
+    options), (qdd, tau, forces, info)."""
+    ext = solver._ext
+    solver._tau_max.solver = ext
+    solver._solve = ext.solve
+    solver.handle = ext.handle
+    a = ext.addresses
+    solver._addrs, solver._out = a[:3], a[4:]
+
+
 class Wbc:
     """``wbc_qp`` in C++ (solvers.cpp ``wbc_solve``)."""
 
@@ -307,12 +320,7 @@ class QpContact:
         self._ext = _bind_solver(self.lib.Qpc, engine._ext, f.dt, bool(f.infinite_friction), bool(o["warm_start"]),
                                  float(o["eps_abs"]), f.pyramid, cs.basis, cs.phi, cs.max_normal_force, f.qdd_des,
                                  cs.active, self.options, self._tau_max.array, f.qdd, f.tau, f.forces, self.info)
-        self._tau_max.solver = self._ext
-        self._solve = self._ext.solve
-        self.handle = self._ext.handle
-        # addresses for the compiled loop's plan: (qdd_des, active, options), (qdd, tau, forces, info)
-        a = self._ext.addresses
-        self._addrs, self._out = a[:3], a[4:]
+        _adopt(self)
 
     def write_settings(self) -> None:
         """The options the solve reads (compiled ticks read the last ones)."""
@@ -325,6 +333,52 @@ class QpContact:
         self.write_settings()
         self._tau_max.check()
         status = self._solve(f.contacts.version)
+        return status, int(self.info[0]), float(self.info[1])
+
+    def reset(self) -> None:
+        self._ext.reset()
+
+
+#: PidcQp/PidcQpHowsm/Pidcwcu.name → solvers.cpp PidcMethod
+PIDC_METHODS = {"pidc_qp": 0, "pidc_qp_howsm": 1, "pidcwcu": 2}
+
+
+class Pidc:
+    """``pidc_qp``, ``pidc_qp_howsm`` and ``pidcwcu`` in C++ (solvers.cpp ``pidc_solve``).
+
+    The desired forces are read from the formulation's ``lambda_des`` by every solve (the
+    array is written in place, never replaced), so a new reference needs no call here.
+    """
+
+    def __init__(self, engine: Engine, formulation):
+        self.lib, self.engine, self.f = engine.lib, engine, weakref.proxy(formulation)  # as Wbc
+        f, cs = formulation, formulation.contacts
+        self.options = np.zeros(4)  # regularization, fast_path, internal_force_weight, rcond
+        # iterations, solve time [s], binding inequalities, stage1_loose, friction_elastic (counts),
+        # friction relaxed this tick (0/1) and by how much [N], mass matrix not positive definite (0/1)
+        self.info = np.zeros(8)
+        self._chain = np.ascontiguousarray(f.chain, dtype=np.uint8)
+        self._force = np.ascontiguousarray(f.is_force_contact, dtype=np.uint8)
+        self._tau_max = _TauMax(f.model)
+        o = f.options
+        self._ext = _bind_solver(self.lib.Pidc, engine._ext, PIDC_METHODS[f.name], bool(o.get("warm_start", True)),
+                                 float(o.get("eps_abs", 1e-9)), cs.friction_rows, cs.basis, self._chain, self._force,
+                                 f.lambda_des, f.qdd_des, cs.active, self.options, self._tau_max.array, f.qdd, f.tau,
+                                 f.forces, self.info)
+        _adopt(self)
+
+    def write_settings(self) -> None:
+        """The options the solve reads (compiled ticks of the node's loop read the last ones)."""
+        o, opt = self.f.options, self.options
+        opt[0], opt[1] = o.get("regularization", 0.0), bool(o.get("fast_path", False))
+        opt[2], opt[3] = o.get("internal_force_weight", 0.0), o["rcond"]
+
+    def solve(self) -> tuple[int, int, float]:
+        self.write_settings()
+        self._tau_max.check()
+        status = self._solve(self.f.contacts.version)
+        if self.info[7]:
+            raise np.linalg.LinAlgError("mass matrix is not positive definite")
         return status, int(self.info[0]), float(self.info[1])
 
     def reset(self) -> None:

@@ -17,6 +17,9 @@
 #define IDYN_WBC_TASK_STRIDE 19       // numbers per task row (solvers.cpp TASK_STRIDE)
 #define IDYN_QPC_OPTIONS 5            // stage2, torque_limits, fast_path, dissipation, friction_margin
 #define IDYN_QPC_INFO 9               // ..., dropped, stage1 rescued, non-penetration relaxed, its amount
+#define IDYN_PIDC_OPTIONS 4           // regularization, fast_path, internal_force_weight, rcond
+#define IDYN_PIDC_INFO 8              // iterations, time, binding inequalities, stage1_loose, friction_elastic,
+                                      // friction relaxed (0/1), its amount [N], mass matrix not PD (0/1)
 
 extern "C" {
 
@@ -49,6 +52,16 @@ void idyn_qpc_free(void* c);
 void idyn_qpc_reset(void* c);
 int idyn_qpc_solve(void* c, const double* qdd_des, const std::uint8_t* active, long version, const double* options,
                    const double* tau_max, double* qdd, double* tau, double* forces, double* info);
+// pidc_qp (method 0), pidc_qp_howsm (1), pidcwcu (2); chain: k x na, is_force_contact: k, both
+// 0/1; lambda_des: k x 3 desired forces [N, world], read by every solve. idyn_pidc_solve has
+// idyn_qpc_solve's signature (options: IDYN_PIDC_OPTIONS, info: IDYN_PIDC_INFO).
+void* idyn_pidc_new(void* engine, int method, int warm_start, double eps_abs, const double* friction_rows,
+                    const double* basis, const std::uint8_t* chain, const std::uint8_t* is_force_contact,
+                    const double* lambda_des);
+void idyn_pidc_free(void* c);
+void idyn_pidc_reset(void* c);
+int idyn_pidc_solve(void* c, const double* qdd_des, const std::uint8_t* active, long version, const double* options,
+                    const double* tau_max, double* qdd, double* tau, double* forces, double* info);
 
 // gait.cpp: the gait generator (native/gait.py STATE, CONFIG, CONTROLLER_REFS)
 void* idyn_gait_new(void* engine, int k, int nb, int state_size, const double* config, int config_size,

@@ -332,6 +332,39 @@ struct Tick {
   Tick& operator=(const Tick&) = delete;
 };
 
+struct Pidc : SolverBuffers {
+  py::object engine;
+  void* handle = nullptr;
+
+  Pidc(const py::object& engine_obj, int method, bool warm_start, double eps_abs, const py::object& friction_rows,
+       const py::object& basis, const py::object& chain, const py::object& is_force_contact,
+       const py::object& lambda_des, const py::object& qdd_des, const py::object& active, const py::object& options,
+       const py::object& tau_max, const py::object& qdd, const py::object& tau, const py::object& forces,
+       const py::object& info)
+      : SolverBuffers(engine_obj.cast<const Engine&>(), qdd_des, active, options, IDYN_PIDC_OPTIONS, tau_max, qdd,
+                      tau, forces, info, IDYN_PIDC_INFO),
+        engine(engine_obj) {
+    const auto& e = engine_obj.cast<const Engine&>();
+    const py::ssize_t k = e.dims.k, na = e.dims.na;
+    auto* rows = buffer<double>(friction_rows, "friction_rows", 15 * k, false, keep);
+    auto* b = buffer<double>(basis, "basis", 9 * k, false, keep);
+    auto* ch = buffer<std::uint8_t>(chain, "chain", k * na, false, keep);
+    auto* force = buffer<std::uint8_t>(is_force_contact, "is_force_contact", k, false, keep);
+    auto* des = buffer<double>(lambda_des, "lambda_des", 3 * k, false, keep);
+    handle = idyn_pidc_new(e.handle, method, warm_start, eps_abs, rows, b, ch, force, des);
+    if (!handle) throw std::runtime_error("native pidc_qp could not be created");
+  }
+  ~Pidc() {
+    if (handle) idyn_pidc_free(handle);
+  }
+  Pidc(const Pidc&) = delete;
+  Pidc& operator=(const Pidc&) = delete;
+
+  int solve(long version) {
+    return idyn_pidc_solve(handle, qdd_des, active, version, params, tau_max, qdd, tau, forces, info);
+  }
+};
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
@@ -446,6 +479,21 @@ PYBIND11_MODULE(_native, m) {
            })
       .def_property_readonly("handle", [](const Tick& t) { return address(t.handle); });
 
+  py::class_<Pidc>(m, "Pidc")
+      .def(py::init<const py::object&, int, bool, double, const py::object&, const py::object&, const py::object&,
+                    const py::object&, const py::object&, const py::object&, const py::object&, const py::object&,
+                    const py::object&, const py::object&, const py::object&, const py::object&,
+                    const py::object&>(),
+           py::arg("engine"), py::arg("method"), py::arg("warm_start"), py::arg("eps_abs"), py::arg("friction_rows"),
+           py::arg("basis"), py::arg("chain"), py::arg("is_force_contact"), py::arg("lambda_des"), py::arg("qdd_des"),
+           py::arg("active"), py::arg("options"), py::arg("tau_max"), py::arg("qdd"), py::arg("tau"),
+           py::arg("forces"), py::arg("info"))
+      .def("solve", &Pidc::solve, py::arg("version"))
+      .def("set_tau_max", &Pidc::set_tau_max)
+      .def("reset", [](Pidc& c) { idyn_pidc_reset(c.handle); })
+      .def_property_readonly("addresses", &Pidc::addresses)
+      .def_property_readonly("handle", [](const Pidc& c) { return address(c.handle); });
+
   // for rt.cpp's plan: the functions a compiled tick calls
   py::dict symbols;
   symbols["idyn_engine_update"] = address(reinterpret_cast<const void*>(&idyn_engine_update));
@@ -453,6 +501,7 @@ PYBIND11_MODULE(_native, m) {
   symbols["idyn_qpc_solve"] = address(reinterpret_cast<const void*>(&idyn_qpc_solve));
   symbols["idyn_wbc_solve"] = address(reinterpret_cast<const void*>(&idyn_wbc_solve));
   symbols["idyn_tick_run"] = address(reinterpret_cast<const void*>(&idyn_tick_run));
+  symbols["idyn_pidc_solve"] = address(reinterpret_cast<const void*>(&idyn_pidc_solve));
   m.attr("symbols") = symbols;
 
   // what the compiler was told (the installed build is portable unless IDYN_NATIVE_MARCH asked otherwise)

@@ -162,6 +162,18 @@ struct Rt {
   const double* forces = nullptr;    // k x 3, world
   double* wrench_local = nullptr;    // k x 3
   int monitor_k = 0;
+
+  // desired forces of force contacts (idyn_rt_force_refs, idyn_rt_set_desired_force), under
+  // input_mutex: the latest accepted reference per contact [N], whether it is in the contact
+  // frame, its arrival (CLOCK_MONOTONIC [s], 0: none yet)
+  struct ForceRefs {
+    double* lambda_des = nullptr;      // the formulation's k x 3 desired forces [N, world]
+    const double* rotation = nullptr;  // ContactSet.rotation, k x 3 x 3: the last tick's
+    std::vector<uint8_t> is_force;     // contacts whose reference the tick writes
+    std::vector<double> force, t;      // k x 3, k
+    std::vector<uint8_t> local;        // k
+    double timeout = 0.0;              // contacts.desired_wrench_timeout [s]; 0: held forever
+  } refs;
 };
 
 inline double f64(const uint8_t* p) {
@@ -302,6 +314,30 @@ void publish_monitors(Rt* rt, int64_t stamp) {
   }
 }
 
+// The desired forces of this tick into the formulation's buffer, as the Python tick's
+// _apply_desired_forces (hold rt->input_mutex): a reference in the contact frame is turned
+// into the world with the last tick's orientation. False when one is older than the
+// timeout: the Python tick takes it back to zero, warns and counts.
+bool apply_force_refs(Rt* rt, double now) {
+  auto& r = rt->refs;
+  if (!r.lambda_des) return true;
+  for (size_t i = 0; i < r.is_force.size(); ++i) {
+    if (!r.is_force[i]) continue;
+    if (r.timeout > 0.0 && r.t[i] > 0.0 && now - r.t[i] > r.timeout) return false;
+    const double* f = &r.force[3 * i];
+    double* out = r.lambda_des + 3 * i;
+    if (r.local[i]) {
+      const double* R = r.rotation + 9 * i;  // row-major
+      for (int a = 0; a < 3; ++a) out[a] = R[3 * a] * f[0] + R[3 * a + 1] * f[1] + R[3 * a + 2] * f[2];
+    } else {
+      out[0] = f[0];
+      out[1] = f[1];
+      out[2] = f[2];
+    }
+  }
+  return true;
+}
+
 void on_message(const void* user, size_t n) {
   Rt* rt = const_cast<Rt*>(static_cast<const Rt*>(user));
   rt->events.fetch_add(n);
@@ -366,6 +402,7 @@ bool fast_tick(Rt* rt, int64_t received_ns, int64_t wake_ns, int overwritten) {
     if (nb && !(rt->t_base > 0.0 && now - rt->t_base < timeout)) return false;
     if (rt->t_contacts > 0.0 && !(now - rt->t_contacts < timeout)) return false;
     for (int c = 0; c < k; ++c) mask[c] = rt->contacts[c] >= val[V_THRESHOLD];
+    if (!apply_force_refs(rt, now)) return false;
     std::memcpy(rt->qb.data(), rt->base_q, sizeof rt->base_q);
     std::memcpy(rt->v.data(), rt->base_v, sizeof rt->base_v);
   }
@@ -512,6 +549,10 @@ void* idyn_rt_new(void* sub, void* pub, uint8_t* cmd, size_t cmd_size, SlowFn sl
   rt->qb.assign(7, 0.0);
   rt->jq.assign(na, 0.0);
   rt->jv.assign(na, 0.0);
+  rt->refs.force.assign(3 * size_t(k), 0.0);
+  rt->refs.t.assign(k, 0.0);
+  rt->refs.local.assign(k, 0);
+  rt->refs.is_force.assign(k, 0);
   rcutils_allocator_t alloc = rcutils_get_default_allocator();
   if (rmw_serialized_message_init(&rt->in, 4096, &alloc) != RMW_RET_OK) {
     rcutils_reset_error();
@@ -666,6 +707,40 @@ void idyn_rt_monitor(void* h, int every, int n, const uint64_t* pubs, const uint
   rt->monitor_k = k;
   rt->monitor_every = every;
   rt->monitor_countdown = 1;
+}
+
+// Desired forces (formulations with force contacts, pidc_qp): the fast tick writes the latest
+// reference of each contact flagged in is_force (k) into lambda_des (k x 3, world), turning one
+// given in the contact frame with rotation (k x 3 x 3, the last tick's), and hands the tick to
+// Python when one is older than timeout [s] (> 0). lambda_des null: none. Call while the loop
+// is locked or from its thread; the references received so far are kept.
+void idyn_rt_force_refs(void* h, double* lambda_des, const double* rotation, const uint8_t* is_force, double timeout) {
+  Rt* rt = static_cast<Rt*>(h);
+  std::lock_guard<std::mutex> lock(rt->input_mutex);
+  auto& r = rt->refs;
+  const size_t k = rt->contacts.size();
+  r.lambda_des = lambda_des;
+  r.rotation = rotation;
+  r.is_force.assign(k, 0);
+  if (lambda_des) std::memcpy(r.is_force.data(), is_force, k);
+  r.timeout = timeout;
+  if (r.force.size() != 3 * k) {
+    r.force.assign(3 * k, 0.0);
+    r.t.assign(k, 0.0);
+    r.local.assign(k, 0);
+  }
+}
+
+// An accepted desired force of contact `index` [N] (validated by the node), in its contact
+// frame (local) or the world's, received at t (CLOCK_MONOTONIC [s]).
+void idyn_rt_set_desired_force(void* h, int index, const double* force, int local, double t) {
+  Rt* rt = static_cast<Rt*>(h);
+  std::lock_guard<std::mutex> lock(rt->input_mutex);
+  auto& r = rt->refs;
+  if (index < 0 || size_t(index) >= r.t.size()) return;
+  std::memcpy(&r.force[3 * index], force, 3 * sizeof(double));
+  r.local[index] = local != 0;
+  r.t[index] = t;
 }
 
 // CLOCK_MONOTONIC start of the last fast tick [s] (0: none yet): the watchdog's "input alive".

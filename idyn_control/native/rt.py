@@ -209,6 +209,21 @@ class RtLoop:
     def set_contacts(self, values: np.ndarray) -> None:
         self.handle.set_contacts(values)
 
+    def force_refs(self, lambda_des: np.ndarray | None, rotation: np.ndarray, is_force: np.ndarray,
+                   timeout: float) -> None:
+        """Desired forces in the fast ticks: each writes the latest reference of the contacts
+        flagged in ``is_force`` (k) into ``lambda_des`` (k, 3: the formulation's, world), turning
+        one given in the contact frame with ``rotation`` (the contact set's, the last tick's),
+        and hands the tick to Python when one is older than ``timeout`` [s] (> 0). None: no
+        desired forces. Call from the loop thread (a Python tick) or stopped."""
+        self.handle.force_refs(lambda_des, rotation, is_force, float(timeout))
+
+    def set_desired_force(self, index: int, force: np.ndarray, local: bool, t: float) -> None:
+        """From any thread: an accepted desired force [N] of contact ``index``, in its contact
+        frame (``local``) or the world's, received at ``t`` (``time.monotonic``)."""
+        if self.handle:
+            self.handle.set_desired_force(int(index), force, bool(local), float(t))
+
     def last_tick(self) -> float:
         """CLOCK_MONOTONIC (``time.monotonic``) start of the last compiled tick [s]; 0 before one."""
         return self.handle.last_tick() if self.handle else 0.0

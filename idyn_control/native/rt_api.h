@@ -34,6 +34,9 @@ void idyn_rt_set_fast(void* h, int fast);
 void idyn_rt_set_params(void* h, double timeout, double threshold);
 void idyn_rt_set_base(void* h, const double* q, const double* v);
 void idyn_rt_set_contacts(void* h, const double* values);
+void idyn_rt_force_refs(void* h, double* lambda_des, const double* rotation, const std::uint8_t* is_force,
+                        double timeout);
+void idyn_rt_set_desired_force(void* h, int index, const double* force, int local, double t);
 double idyn_rt_last_tick(void* h);
 void idyn_rt_lock(void* h);
 void idyn_rt_unlock(void* h);

@@ -170,6 +170,24 @@ PYBIND11_MODULE(_rt, m) {
            })
       .def("set_contacts",
            [](Loop& l, const py::array& values) { idyn_rt_set_contacts(l.h(), input<double>(values, "values", l.k)); })
+      .def("force_refs",
+           [](Loop& l, const py::object& lambda_des, const py::array& rotation, const py::array& is_force,
+              double timeout) {
+             double* des = nullptr;
+             if (!lambda_des.is_none()) {
+               auto a = lambda_des.cast<py::array>();
+               if (!(a.writeable() && py::isinstance<py::array_t<double>>(a) && (a.flags() & py::array::c_style) &&
+                     a.size() == 3 * l.k))
+                 throw py::value_error("lambda_des: a writable C-contiguous float array of 3 k elements");
+               des = static_cast<double*>(a.mutable_data());
+             }
+             idyn_rt_force_refs(l.h(), des, input<double>(rotation, "rotation", 9 * l.k),
+                                input<std::uint8_t>(is_force, "is_force", l.k), timeout);
+           })
+      .def("set_desired_force",
+           [](Loop& l, int index, const py::array& force, bool local, double t) {
+             idyn_rt_set_desired_force(l.h(), index, input<double>(force, "force", 3), local, t);
+           })
       .def("last_tick", [](Loop& l) { return l.handle ? idyn_rt_last_tick(l.handle) : 0.0; })
       .def("pending",
            [](Loop& l) {

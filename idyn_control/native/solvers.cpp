@@ -1,13 +1,17 @@
 // The QP side of the compiled tick: persistent, warm-started ProxQP problems and the
-// formulations that run entirely here (wbc_qp, qp_coulomb / qp_noslip).
+// formulations that run entirely here (wbc_qp, qp_coulomb / qp_noslip, and at the end of
+// the file pidc_qp with its baselines pidc_qp_howsm and pidcwcu).
 //
 // Each function is a line-by-line port of the Python formulation of the same name
-// (idyn_control/formulations/wbc_qp.py, qp_contact.py): same QPs, same settings, same
+// (idyn_control/formulations/wbc_qp.py, qp_contact.py, pidc_qp.py): same QPs, same settings, same
 // fallbacks. The Python code is the reference; test/test_native.py checks agreement.
 // Buffers are sized at creation; a tick allocates nothing.
 
 #include <proxsuite/proxqp/dense/dense.hpp>
 
+#include <Eigen/Dense>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -899,6 +903,665 @@ int idyn_qpc_solve(void* c, const double* qdd_des, const std::uint8_t* active, l
                    const double* tau_max, double* qdd, double* tau, double* forces, double* info) {
   return idyn::qpc_solve(*static_cast<idyn::Qpc*>(c), qdd_des, active, version, options, tau_max, qdd, tau, forces,
                          info);
+}
+
+}  // extern "C"
+
+// ============================================================================================
+// pidc_qp and its baselines pidc_qp_howsm, pidcwcu (seed 004 §III–IV): a line-by-line port of
+// idyn_control/formulations/pidc_qp.py (and of the idyn_control/linalg.py routines it calls).
+// Work arrays follow the active contact set: they are resized when it changes and a tick on
+// an unchanged set allocates nothing (the SVD fallbacks of rank-deficient matrices and the
+// last resorts excepted, as in Python).
+
+namespace idyn {
+namespace {
+
+// as pidc_qp.py
+constexpr double PIDC_RANK_TOL = 1e-9;              // _RANK_TOL
+constexpr double PIDC_ACTIVE_TOL = 1e-7;            // _ACTIVE_TOL
+constexpr double FRICTION_SLACK_WEIGHT = 1e2;       // FRICTION_SLACK_WEIGHT
+constexpr double LAST_RESORT_EPS_ABS = 1e-7;        // LAST_RESORT_EPS_ABS
+constexpr double EXCESS_ONLY_REGULARIZATION = 1e-3; // EXCESS_ONLY_REGULARIZATION
+// as linalg.py
+constexpr double COND_MAX = 1e8;       // COND_MAX
+constexpr double RCOND_MARGIN = 1e-3;  // _RCOND_MARGIN
+enum PidcMethod : int { PIDC_QP = 0, PIDC_HOWSM = 1, PIDCWCU = 2 };
+
+// linalg._cond_limit: the largest 1-norm condition number the Cholesky/QR routes accept
+double cond_limit(double rcond) { return rcond > 0.0 ? std::min(COND_MAX, RCOND_MARGIN / rcond) : COND_MAX; }
+
+template <typename Derived>
+double norm1(const Eigen::MatrixBase<Derived>& A) {  // largest absolute column sum (0 for an empty matrix)
+  return A.size() ? A.cwiseAbs().colwise().sum().maxCoeff() : 0.0;
+}
+
+// linalg.pinv_and_null_space / linalg.pinv: A⁺ (n x m) and an orthonormal basis of null(A)
+// (n x (n − rank)) for A (m x n). Full rank and 1-norm condition below cond_limit(rcond):
+// one Householder QR of the tall one of A, Aᵀ (linalg estimates the condition with LAPACK,
+// here it is computed exactly: R is at most a few dozen rows); otherwise the SVD, singular
+// values below rcond × the largest counting as zero (numpy.linalg.pinv).
+struct PinvNull {
+  MatrixXd pinv, null;
+  MatrixXd B, Q, Rinv, Y;
+  VectorXd workspace;
+  Eigen::HouseholderQR<MatrixXd> qr;
+  Eigen::JacobiSVD<MatrixXd> svd;
+
+  template <typename Derived>
+  void compute(const Eigen::MatrixBase<Derived>& A, double rcond, bool with_null) {
+    const int m = int(A.rows()), n = int(A.cols());
+    if (m == 0 || n == 0) {
+      pinv.setZero(n, m);
+      null.setIdentity(n, n);
+      return;
+    }
+    if (fast(A, rcond, with_null)) return;
+    svd.compute(A, Eigen::ComputeFullU | Eigen::ComputeFullV);
+    const auto& s = svd.singularValues();
+    const double tol = rcond * s[0];
+    int r = 0;
+    while (r < s.size() && s[r] > tol) ++r;
+    pinv.noalias() = svd.matrixV().leftCols(r) * s.head(r).cwiseInverse().asDiagonal() *
+                     svd.matrixU().leftCols(r).transpose();
+    null = svd.matrixV().rightCols(n - r);
+  }
+
+  // linalg._qr_pinv
+  template <typename Derived>
+  bool fast(const Eigen::MatrixBase<Derived>& A, double rcond, bool with_null) {
+    const int m = int(A.rows()), n = int(A.cols());
+    const bool wide = m <= n;
+    if (wide)
+      B = A.transpose();
+    else
+      B = A;
+    const int p = int(B.rows()), r = int(B.cols());  // B = Q R, p ≥ r
+    qr.compute(B);
+    const auto R = qr.matrixQR().topRows(r).template triangularView<Eigen::Upper>();
+    Rinv.setIdentity(r, r);
+    R.solveInPlace(Rinv);
+    double normR = 0.0;  // ‖R‖₁ (its upper triangle)
+    for (int j = 0; j < r; ++j) normR = std::max(normR, qr.matrixQR().col(j).head(j + 1).cwiseAbs().sum());
+    if (!(normR * norm1(Rinv) <= cond_limit(rcond))) return false;  // NaN/inf (singular R) included
+    workspace.resize(p);
+    Q.resize(p, p);
+    qr.householderQ().evalTo(Q, workspace);
+    Y.noalias() = Rinv * Q.leftCols(r).transpose();  // R⁻¹ Q₁ᵀ (r x p)
+    if (wide) {  // A = Rᵀ Q₁ᵀ: A⁺ = Q₁ R⁻ᵀ, null(A) = Q₂
+      pinv = Y.transpose();
+      if (with_null) null = Q.rightCols(p - r);
+    } else {  // A = Q₁ R: A⁺ = R⁻¹ Q₁ᵀ, null(A) = {0}
+      pinv = Y;
+      null.resize(n, 0);
+    }
+    return true;
+  }
+};
+
+// linalg.psd_pinv_solve: G⁺B for a symmetric PSD G (a Delassus matrix): Cholesky while G is
+// well conditioned (1-norm condition below cond_limit(rcond)), else the eigendecomposition with
+// eigenvalues below rcond × the largest counting as zero (numpy.linalg.pinv, hermitian).
+struct PsdSolve {
+  Eigen::LLT<MatrixXd> llt;
+  MatrixXd inverse;
+  Eigen::SelfAdjointEigenSolver<MatrixXd> eig;
+
+  template <typename Derived, typename Out>
+  void solve(const MatrixXd& G, const Eigen::MatrixBase<Derived>& B, double rcond, Out& X) {
+    llt.compute(G);
+    if (llt.info() == Eigen::Success) {
+      inverse.setIdentity(G.rows(), G.cols());
+      llt.solveInPlace(inverse);
+      if (norm1(G) * norm1(inverse) <= cond_limit(rcond)) {
+        X.noalias() = inverse * B;
+        return;
+      }
+    }
+    eig.compute(G);
+    const auto& lambda = eig.eigenvalues();
+    const double tol = rcond * lambda.cwiseAbs().maxCoeff();
+    VectorXd inv = VectorXd::Zero(lambda.size());
+    for (int i = 0; i < lambda.size(); ++i)
+      if (std::abs(lambda[i]) > tol) inv[i] = 1.0 / lambda[i];
+    X.noalias() = eig.eigenvectors() * inv.asDiagonal() * (eig.eigenvectors().transpose() * B);
+  }
+};
+
+struct Pidc {
+  Engine* engine;
+  Dims d;
+  int method;
+  Qp qp_motion, qp_motion_loose, qp_force, qp_force_elastic;
+  const double* friction_rows;  // ContactSet.friction_rows (k x 5 x 3)
+  const double* basis;          // ContactSet.basis (k x 3 x 3), rows t1, t2, n
+  const std::uint8_t* chain;    // _ProjectedForceControl.chain (k x na): joints on each contact's chain
+  const std::uint8_t* is_force; // _ProjectedForceControl.is_force_contact (k)
+  const double* lambda_des;     // _ProjectedForceControl.lambda_des (k x 3) [N, world], read every tick
+  long version = -1;
+  long stage1_loose = 0, friction_elastic = 0;
+  int n_active_inequalities = 0;
+  double friction_excess = -1.0;  // Result.relaxed["friction"] of this tick [N]; < 0: none
+  int iterations = 0;
+  double solve_time = 0.0;
+
+  // active-set caches (_on_active_set)
+  int n = 0;                       // active contacts
+  std::vector<int> order;          // their configured indices (the controller's order)
+  std::vector<std::uint8_t> force_active;
+  std::vector<int> force_order;    // configured indices of the active force contacts
+  std::vector<int> sel, unsel;     // B_m (stage I) and B_f joints
+  std::vector<int> tracked;        // stacked force rows whose error is the stage-II cost
+  std::vector<int> k_order;        // row of K_blocks that is each joint's row of K
+  // per tick (_project and the stages)
+  Eigen::LLT<MatrixXd> M_llt;
+  MatrixXd J, Minv_JT, G, rhs, lam, Lam, P, W, K_blocks, K, L, Lg, Jg, A2, seen, blind, Lt_all, Lt, Ht, N_unsel, I_P;
+  VectorXd drift, qdd_c, gen_c, tau_md, lam_h, y, free, tau_I, lam_I, targets, error_I, x_track, lam_track, ft,
+      x_free, Cx, tau, lam_out, gen, w, x2, tau_cd;
+  PinvNull pn_J, pn_W, pn_Lg, pn_a, pn_b;
+  PsdSolve delassus;
+  Eigen::LLT<MatrixXd> H_llt;
+
+  Pidc(Engine* e, int method_, bool warm, double eps_abs, const double* rows, const double* basis_,
+       const std::uint8_t* chain_, const std::uint8_t* is_force_, const double* lambda_des_)
+      : engine(e), d(engine_dims(*e)), method(method_),
+        qp_motion(d.na, 0, d.na, warm, eps_abs, 100),
+        qp_motion_loose(d.na, 0, d.na, warm, std::max(eps_abs, LAST_RESORT_EPS_ABS), 100),
+        qp_force(d.na, 0, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100),
+        qp_force_elastic(d.na + PYRAMID_ROWS * d.k, 0, PYRAMID_ROWS * d.k + d.na, warm,
+                         std::max(eps_abs, LAST_RESORT_EPS_ABS), 100, STRICT_INFEASIBILITY_TOLERANCE),
+        friction_rows(rows), basis(basis_), chain(chain_), is_force(is_force_), lambda_des(lambda_des_),
+        M_llt(d.nv) {
+    qp_motion.C.setIdentity();
+    qp_motion_loose.C.setIdentity();
+    const int n_fr = PYRAMID_ROWS * d.k;
+    qp_force_elastic.C.block(0, d.na, n_fr, n_fr) = -MatrixXd::Identity(n_fr, n_fr);
+    order.reserve(d.k);
+    force_active.reserve(d.k);
+    force_order.reserve(d.k);
+    sel.reserve(d.na);
+    unsel.reserve(d.na);
+    tracked.reserve(3 * d.k);
+    k_order.resize(d.na);
+    K_blocks.setZero(d.na, d.na);
+    K.setZero(d.na, d.na);
+    free.setZero(d.na);
+    tau.setZero(d.na);
+  }
+
+  // _ProjectedForceControl._on_active_set and PidcQp._on_active_set (with the method hooks)
+  void on_active_set(const std::uint8_t* active) {
+    const int k = d.k, na = d.na;
+    order.clear();
+    force_active.clear();
+    force_order.clear();
+    for (int i = 0; i < k; ++i) {
+      if (!active[i]) continue;
+      order.push_back(i);
+      force_active.push_back(is_force[i] ? 1 : 0);
+      if (is_force[i]) force_order.push_back(i);
+    }
+    n = int(order.size());
+    sel.clear();
+    unsel.clear();
+    for (int a = 0; a < na; ++a) {
+      bool motion_chain = false, force_chain = false;
+      for (int j = 0; j < n; ++j) {
+        const bool on = chain[order[j] * na + a] != 0;
+        (force_active[j] ? force_chain : motion_chain) |= on;
+      }
+      const bool force_joint = force_chain && !motion_chain;  // B_f: moves force contacts only
+      // _motion_joints: all but the force legs (pidc_qp); all (HOWSM)
+      if (method == PIDC_HOWSM || !force_joint)
+        sel.push_back(a);
+      else
+        unsel.push_back(a);
+    }
+    tracked.clear();  // _tracked_rows: the force group (pidc_qp); every contact (HOWSM)
+    for (int j = 0; j < n; ++j)
+      if (method == PIDC_HOWSM || force_active[j])
+        for (int r = 0; r < 3; ++r) tracked.push_back(3 * j + r);
+    const int ns = int(sel.size()), nf = int(unsel.size());
+    for (int i = 0; i < ns; ++i) k_order[sel[i]] = i;  // K's rows grouped (B_m, B_f) → joint order
+    for (int i = 0; i < nf; ++i) k_order[unsel[i]] = ns + i;
+    K_blocks.setZero();
+    K_blocks.block(ns, 0, nf, nf).setIdentity();
+    // friction rows of inactive contacts are unused: C = 0, −∞ ≤ · ≤ ∞
+    const int n_fr = PYRAMID_ROWS * k;
+    qp_force.C.topRows(n_fr).setZero();
+    qp_force.l.head(n_fr).setConstant(-INF);
+    qp_force.u.head(n_fr).setConstant(INF);
+  }
+
+  // _ProjectedForceControl._project: P, J⁺, q̈_c, τ_m,d and λ(τ) = λ_h + Λ τ. False: M is not PD.
+  bool project(const Eigen::Map<const VectorXd>& qdd_des, double rcond) {
+    const Terms& t = engine_terms(*engine);
+    const int nv = d.nv, nb = d.nb, na = d.na, m3 = 3 * n;
+    J.resize(m3, nv);
+    drift.resize(m3);
+    for (int j = 0; j < n; ++j) {
+      J.middleRows(3 * j, 3) = t.J.middleRows(3 * order[j], 3);
+      drift.segment<3>(3 * j) = t.drift.row(order[j]).transpose();
+    }
+    M_llt.compute(t.M);
+    if (M_llt.info() != Eigen::Success) return false;
+    if (n) {
+      pn_J.compute(J, rcond, true);  // J⁺ = pn_J.pinv, N = pn_J.null
+      const MatrixXd& N = pn_J.null;
+      P.noalias() = N * N.transpose();  // = I − J⁺J
+      qdd_c.noalias() = P * qdd_des;
+      qdd_c.noalias() -= pn_J.pinv * drift;
+      Minv_JT = J.transpose();
+      M_llt.solveInPlace(Minv_JT);
+      rhs.resize(m3, 1 + na);
+      rhs.col(0).noalias() = Minv_JT.transpose() * t.h;
+      rhs.col(0) -= drift;
+      rhs.rightCols(na).noalias() = -Minv_JT.bottomRows(na).transpose();
+      G.noalias() = J * Minv_JT;  // the Delassus matrix J M⁻¹ Jᵀ
+      lam.resize(m3, 1 + na);
+      delassus.solve(G, rhs, rcond, lam);
+      lam_h = lam.col(0);
+      Lam = lam.rightCols(na);
+    } else {
+      pn_J.pinv.resize(nv, 0);
+      pn_J.null.setIdentity(nv, nv);
+      P.setIdentity(nv, nv);
+      qdd_c = qdd_des;
+      lam_h.resize(0);
+      Lam.resize(0, na);
+    }
+    gen_c.noalias() = t.M * qdd_c;
+    gen_c += t.h;
+    tau_md.noalias() = P * gen_c;
+    return true;
+  }
+
+  // _desired_all: λ_d for every active contact, desired for force contacts, implicit (eq. 13) else
+  void desired_all(VectorXd& out) const {
+    out.noalias() = pn_J.pinv.transpose() * gen_c;
+    for (int j = 0; j < n; ++j)
+      if (force_active[j]) out.segment<3>(3 * j) = Eigen::Map<const Eigen::Vector3d>(lambda_des + 3 * order[j]);
+  }
+
+  // _apply: τ, the contact forces λ it produces and q̈ = M⁻¹(Bτ − h + Jᵀλ)
+  void apply(const VectorXd& tau_in, const VectorXd& lam_in, double* qdd_out, double* tau_out, double* f_out) {
+    const Terms& t = engine_terms(*engine);
+    const int nv = d.nv, na = d.na;
+    Eigen::Map<VectorXd>(tau_out, na) = tau_in;
+    gen = -t.h;
+    gen.tail(na) += tau_in;
+    if (n) {
+      gen.noalias() += J.transpose() * lam_in;
+      for (int j = 0; j < n; ++j) Eigen::Map<Eigen::Vector3d>(f_out + 3 * order[j]) = lam_in.segment<3>(3 * j);
+    }
+    M_llt.solveInPlace(gen);
+    Eigen::Map<VectorXd>(qdd_out, nv) = gen;
+  }
+
+  // PidcQp._count_active
+  static int count_active(const Qp& qp, const VectorXd& x, VectorXd& Cx) {
+    Cx.noalias() = qp.C * x;
+    int count = 0;
+    for (int r = 0; r < qp.n_in; ++r) {
+      if (!(qp.C.row(r).array() != 0.0).any()) continue;
+      const double u = qp.u[r], l = qp.l[r];
+      const bool upper = u < INF && u - Cx[r] <= PIDC_ACTIVE_TOL * (1.0 + std::abs(u));
+      const bool lower = l > -INF && Cx[r] - l <= PIDC_ACTIVE_TOL * (1.0 + std::abs(l));
+      count += upper || lower;
+    }
+    return count;
+  }
+
+  // PidcQp._solve_stage: the QP, or its unconstrained optimum x_free when that already meets
+  // every inequality (fast_path). Returns the status; *x the answer, *n_binding the
+  // inequalities at their bound. assemble() fills the QP's cost when it has to be solved.
+  template <typename Assemble>
+  int solve_stage(Qp& qp, const VectorXd* x_free, bool fast_path, Assemble assemble, const VectorXd** x,
+                  int* n_binding, int* iters, double* time) {
+    if (fast_path && x_free) {
+      Cx.noalias() = qp.C * *x_free;
+      if ((Cx.array() <= qp.u.array()).all() && (Cx.array() >= qp.l.array()).all()) {
+        *x = x_free;
+        *n_binding = 0;
+        *iters = 0;
+        *time = 0.0;
+        return SOLVED;
+      }
+    }
+    assemble();
+    const int status = qp.solve();
+    *x = &qp.x;
+    *iters = qp.iterations;
+    *time = qp.solve_time;
+    *n_binding = count_active(qp, qp.x, Cx);
+    return status;
+  }
+
+  // PidcQp._fill_motion_qp: ‖P B_m τ − τ_m,d‖², regularized on null(P B_m) and the B_f joints
+  void fill_motion_qp(double eps) {
+    Qp& qp = qp_motion;
+    const int ns = int(sel.size());
+    const MatrixXd& Ns = pn_W.null;
+    qp.H.setZero();
+    for (int i = 0; i < ns; ++i)
+      for (int j = 0; j < ns; ++j) qp.H(sel[i], sel[j]) = W.col(i).dot(W.col(j));  // (P B_m)ᵀ P B_m
+    const double scale = eps * std::max(1.0, qp.H.diagonal().maxCoeff());
+    for (int i = 0; i < ns; ++i)
+      for (int j = 0; j < ns; ++j) qp.H(sel[i], sel[j]) += scale * Ns.row(i).dot(Ns.row(j));
+    for (int a : unsel) qp.H(a, a) += scale;
+    qp.g.setZero();
+    for (int i = 0; i < ns; ++i) qp.g[sel[i]] = -W.col(i).dot(y);  // −(P B_m)ᵀ τ_m,d
+  }
+
+  // PidcQp._add_internal_force_cost: + w‖T λ_s‖² on the directions the tracked forces are blind to
+  void add_internal_force_cost(double weight, int nk, const MatrixXd& blind) {
+    Qp& qp = qp_force;
+    int n_support = 0;
+    for (int j = 0; j < n; ++j) n_support += !force_active[j];
+    if (weight <= 0.0 || !n_support || !(blind.array() != 0.0).any()) return;
+    Lt_all.resize(2 * n_support, nk);
+    ft.resize(2 * n_support);
+    for (int j = 0, s = 0; j < n; ++j) {
+      if (force_active[j]) continue;
+      for (int r = 0; r < 2; ++r, ++s) {
+        const Eigen::Map<const Eigen::RowVector3d> tangent(basis + 9 * order[j] + 3 * r);
+        Lt_all.row(s).noalias() = tangent * L.block(3 * j, 0, 3, nk);
+        ft[s] = tangent.dot(lam_track.segment<3>(3 * j));
+      }
+    }
+    Lt.noalias() = Lt_all * blind;
+    Ht.noalias() = Lt.transpose() * Lt;
+    const double top = Ht.diagonal().maxCoeff();
+    // HOWSM tracks every contact: there T L Π is round-off, and no internal force is free
+    if (top <= PIDC_RANK_TOL * Lt_all.cwiseAbs2().colwise().sum().maxCoeff()) return;
+    const double w_ = weight * std::max(1.0, qp.H.diagonal().maxCoeff()) / top;
+    qp.H.topLeftCorner(nk, nk) += w_ * Ht;
+    qp.g.head(nk).noalias() += w_ * (Lt.transpose() * ft);
+  }
+
+  // PidcQp._fill_inequalities: friction pyramids of the active contacts, torque limits
+  void fill_inequalities(const Eigen::Map<const VectorXd>& tau_max) {
+    Qp& qp = qp_force;
+    const int na = d.na;
+    for (int j = 0; j < n; ++j) {  // read every tick: set_friction takes effect
+      const int i = order[j];
+      const Eigen::Map<const Eigen::Matrix<double, PYRAMID_ROWS, 3, Eigen::RowMajor>> D(friction_rows + 15 * i);
+      qp.C.block(PYRAMID_ROWS * i, 0, PYRAMID_ROWS, na).noalias() = D * L.middleRows(3 * j, 3);
+      qp.u.segment<PYRAMID_ROWS>(PYRAMID_ROWS * i).noalias() = -(D * lam_I.segment<3>(3 * j));
+    }
+    qp.C.bottomRows(na) = K;
+    qp.l.tail(na) = -tau_max - tau_I;
+    qp.u.tail(na) = tau_max - tau_I;
+  }
+
+  // PidcQp._solve_force_elastic: stage II with elastic friction rows (its last resort)
+  int solve_force_elastic(int* iters, double* time) {
+    Qp &qp = qp_force, &e = qp_force_elastic;
+    const int na = d.na, n_fr = PYRAMID_ROWS * d.k;
+    const double weight = FRICTION_SLACK_WEIGHT * std::max(1.0, qp.H.diagonal().maxCoeff());
+    e.H.topLeftCorner(na, na) = qp.H;
+    e.H.diagonal().tail(n_fr).setConstant(weight);
+    e.g.head(na) = qp.g;
+    e.C.leftCols(na) = qp.C;
+    e.l = qp.l;
+    e.u = qp.u;
+    // x = 0 within the torque rows even where stage I's torques sit on a limit to round-off
+    e.l.tail(na) = e.l.tail(na).cwiseMin(0.0);
+    e.u.tail(na) = e.u.tail(na).cwiseMax(0.0);
+    int status = e.solve();
+    *iters = e.iterations;
+    *time = e.solve_time;
+    x2 = e.x.head(na);
+    if (status != SOLVED) {
+      // the penalty's conditioning defeated ProxQP: the least excess alone, torques regularized
+      e.H.setZero();
+      e.H.diagonal().head(na).setConstant(EXCESS_ONLY_REGULARIZATION);
+      e.H.diagonal().tail(n_fr).setConstant(1.0);
+      e.g.setZero();
+      status = e.solve();
+      *iters += e.iterations;
+      *time += e.solve_time;
+      // failed too: stage I's torques alone, inside their limits, and the status says so
+      if (status == SOLVED)
+        x2 = e.x.head(na);
+      else
+        x2.setZero(na);
+    }
+    ++friction_elastic;
+    double excess = 0.0;
+    for (int r = 0; r < n_fr; ++r)
+      if (qp.u[r] < INF) excess = std::max(excess, qp.C.row(r).dot(x2) - qp.u[r]);
+    friction_excess = excess;
+    return status;
+  }
+
+  // PidcQp._compute (pidc_qp, pidc_qp_howsm)
+  int compute_qp(const Eigen::Map<const VectorXd>& tau_max, const double* options, double* qdd_out,
+                 double* tau_out, double* f_out) {
+    const double eps = options[0], internal_weight = options[2], rcond = options[3];
+    const bool fast_path = options[1] != 0.0;
+    const int nb = d.nb, na = d.na;
+    const MatrixXd& N = pn_J.null;
+    const int dn = int(N.cols()), ns = int(sel.size()), nf = int(unsel.size());
+    // P B_m = N W (NᵀN = I): (P B_m)⁺ = W⁺Nᵀ, null(P B_m) = null(W)
+    W.resize(dn, ns);
+    for (int i = 0; i < ns; ++i) W.col(i) = N.row(nb + sel[i]).transpose();
+    pn_W.compute(W, rcond, true);
+    const MatrixXd &W_pinv = pn_W.pinv, &Ns = pn_W.null;
+    y.noalias() = N.transpose() * tau_md;  // τ_m,d in the coordinates N of the motion space
+
+    // stage I (eq. 17): motion-space error with the selected joints only
+    Qp& qp1 = qp_motion;
+    qp1.l = -tau_max;
+    qp1.u = tau_max;
+    free.setZero();
+    if (ns) {
+      x_free.noalias() = W_pinv * y;  // the optimum without limits (regularizer: min-norm)
+      for (int i = 0; i < ns; ++i) free[sel[i]] = x_free[i];
+    }
+    const VectorXd* x1 = nullptr;
+    int n_active = 0, it1 = 0;
+    double t1 = 0.0;
+    int status1 = solve_stage(qp1, &free, fast_path, [&] { fill_motion_qp(eps); }, &x1, &n_active, &it1, &t1);
+    if (status1 != SOLVED) {  // a box is always feasible: ProxQP's accuracy, not the problem
+      Qp& loose = qp_motion_loose;
+      loose.H = qp1.H;
+      loose.g = qp1.g;
+      loose.l = qp1.l;
+      loose.u = qp1.u;
+      if (loose.solve() == SOLVED) {
+        x1 = &loose.x;
+        status1 = SOLVED;
+        it1 += loose.iterations;
+        t1 += loose.solve_time;
+        ++stage1_loose;
+      }
+    }
+    tau_I = *x1;
+
+    // stage II (eq. 26): torques K x with P B K = 0 leave the motion of stage I intact
+    const int nk = nf + int(Ns.cols());  // used columns of K (the others stay zero)
+    N_unsel.resize(dn, nf);
+    for (int i = 0; i < nf; ++i) N_unsel.col(i) = N.row(nb + unsel[i]).transpose();
+    K_blocks.block(0, 0, ns, nf).noalias() = -W_pinv * N_unsel;  // −(P B_m)⁺ P B_f
+    K_blocks.block(0, nf, ns, nk - nf) = Ns;
+    K_blocks.block(0, nk, ns, na - nk).setZero();
+    for (int a = 0; a < na; ++a) K.row(a) = K_blocks.row(k_order[a]);
+    lam_I = lam_h;
+    lam_I.noalias() += Lam * tau_I;
+    L.noalias() = Lam * K;
+    Qp& qp = qp_force;
+    const int nt = int(tracked.size());
+    x_track.setZero(nk);  // the least-norm x that tracks exactly (no inequalities)
+    if (nt) {
+      Lg.resize(nt, na);
+      Jg.resize(nt, d.nv);
+      for (int r = 0; r < nt; ++r) {
+        Lg.row(r) = L.row(tracked[r]);
+        Jg.row(r) = J.row(tracked[r]);
+      }
+      A2.noalias() = Jg.transpose() * Lg;  // torque-space image of the tracked force error (eq. 25)
+      qp.H.noalias() = A2.transpose() * A2;
+      // _tracked_targets: desired forces of the force group (pidc_qp); every contact's (HOWSM)
+      targets.resize(nt);
+      if (method == PIDC_HOWSM) {
+        desired_all(targets);
+      } else {
+        for (int s = 0; s < int(force_order.size()); ++s)
+          targets.segment<3>(3 * s) = Eigen::Map<const Eigen::Vector3d>(lambda_des + 3 * force_order[s]);
+      }
+      error_I.resize(nt);
+      for (int r = 0; r < nt; ++r) error_I[r] = lam_I[tracked[r]] - targets[r];
+      lam_track.noalias() = Jg.transpose() * error_I;  // (scratch)
+      qp.g.noalias() = A2.transpose() * lam_track;
+      pn_Lg.compute(Lg.leftCols(nk), PIDC_RANK_TOL, false);
+      seen.noalias() = pn_Lg.pinv * Lg.leftCols(nk);  // Lg⁺Lg
+      x_track.noalias() -= pn_Lg.pinv * error_I;
+    } else {
+      qp.H.setZero();
+      qp.g.setZero();
+      seen.setZero(nk, nk);
+    }
+    const double scale = eps * std::max(1.0, qp.H.diagonal().maxCoeff());
+    blind = -seen;  // I − Lg⁺Lg
+    blind.diagonal().array() += 1.0;
+    lam_track = lam_I;
+    lam_track.noalias() += L.leftCols(nk) * x_track;
+    add_internal_force_cost(internal_weight, nk, blind);
+    // + scale (I − Lg⁺Lg): only where the tracked forces are blind
+    qp.H.diagonal().array() += scale;
+    qp.H.topLeftCorner(nk, nk) -= scale * seen;
+    fill_inequalities(tau_max);
+    const VectorXd* x_free_p = nullptr;
+    if (fast_path) {
+      H_llt.compute(qp.H);
+      if (H_llt.info() == Eigen::Success)
+        x_free = H_llt.solve(-qp.g);
+      else
+        x_free = qp.H.partialPivLu().solve(-qp.g);
+      x_free_p = &x_free;
+    }
+    const VectorXd* x = nullptr;
+    int n_binding = 0, it2 = 0;
+    double t2 = 0.0;
+    int status2 = solve_stage(qp, x_free_p, fast_path, [] {}, &x, &n_binding, &it2, &t2);
+    if (status2 != SOLVED && status1 == SOLVED) {
+      int it3 = 0;
+      double t3 = 0.0;
+      status2 = solve_force_elastic(&it3, &t3);
+      it2 = it3;
+      t2 = t3;
+      x = &x2;
+    }
+    n_active_inequalities = n_active + n_binding;
+    tau = tau_I;
+    tau.noalias() += K * *x;
+    lam_out = lam_I;
+    lam_out.noalias() += L * *x;
+    apply(tau, lam_out, qdd_out, tau_out, f_out);
+    iterations = it1 + it2;
+    solve_time = t1 + t2;
+    return std::max(status1, status2);  // the worse (Status is ordered: solved < max_iter < ...)
+  }
+
+  // Pidcwcu._compute: eq. 14 (Dehio et al.), closed form
+  int compute_wcu(const double* options, double* qdd_out, double* tau_out, double* f_out) {
+    const double rcond = options[3];
+    const int nv = d.nv, nb = d.nb, na = d.na;
+    const MatrixXd& N = pn_J.null;
+    I_P = MatrixXd::Identity(nv, nv) - P;
+    // eq. 11 (no external disturbance): M̄(τ_m,d − Ph + Ṗq̇) = M q̈_c
+    targets.resize(3 * n);
+    desired_all(targets);
+    tau_cd.noalias() = I_P * gen_c;
+    tau_cd.noalias() -= J.transpose() * targets;
+    w.noalias() = I_P * tau_cd;
+    gen = w;
+    // P B = N [0, N_jᵀ] (NᵀN = I, N_j the joint rows of N): (P B)⁺ = [0; (N_jᵀ)⁺ Nᵀ]
+    pn_a.compute(N.bottomRows(na).transpose(), rcond, false);
+    y.noalias() = N.transpose() * tau_md;
+    gen.tail(na).noalias() += pn_a.pinv * y;
+    if (nb) {  // Z keeps the base rows of I − P: Z⁺ = [(I − P)_b⁺, 0]
+      pn_b.compute(I_P.topRows(nb), rcond, false);
+      gen.noalias() -= pn_b.pinv * w.head(nb);
+    }
+    // base rows of gen vanish (realizable); the forces follow from the dynamics
+    tau = gen.tail(na);
+    lam_out = lam_h;
+    if (n) lam_out.noalias() += Lam * tau;
+    apply(tau, lam_out, qdd_out, tau_out, f_out);
+    iterations = 0;
+    solve_time = 0.0;
+    return SOLVED;
+  }
+};
+
+}  // namespace
+}  // namespace idyn
+
+namespace idyn {
+namespace {
+
+// PidcQp / PidcQpHowsm / Pidcwcu._compute. options: IDYN_PIDC_OPTIONS; info: IDYN_PIDC_INFO.
+int pidc_solve(Pidc& c, const double* qdd_des_p, const std::uint8_t* active, long version, const double* options,
+               const double* tau_max_p, double* qdd_out, double* tau_out, double* f_out, double* info) {
+  const Dims& d = c.d;
+  Eigen::Map<const VectorXd> qdd_des(qdd_des_p, d.nv), tau_max(tau_max_p, d.na);
+  c.friction_excess = -1.0;
+  c.n_active_inequalities = 0;
+  c.iterations = 0;
+  c.solve_time = 0.0;
+  if (version != c.version) {
+    c.on_active_set(active);
+    c.version = version;
+  }
+  int status;
+  const bool singular = !c.project(qdd_des, options[3]);
+  if (singular)  // Python raises LinAlgError("mass matrix is not positive definite")
+    status = FAILED;
+  else if (c.method == PIDCWCU)
+    status = c.compute_wcu(options, qdd_out, tau_out, f_out);
+  else
+    status = c.compute_qp(tau_max, options, qdd_out, tau_out, f_out);
+  info[0] = c.iterations;
+  info[1] = c.solve_time;
+  info[2] = c.n_active_inequalities;
+  info[3] = static_cast<double>(c.stage1_loose);
+  info[4] = static_cast<double>(c.friction_elastic);
+  info[5] = c.friction_excess >= 0.0 ? 1.0 : 0.0;
+  info[6] = std::max(c.friction_excess, 0.0);
+  info[7] = singular ? 1.0 : 0.0;
+  return status;
+}
+
+}  // namespace
+}  // namespace idyn
+
+extern "C" {
+
+void* idyn_pidc_new(void* engine, int method, int warm_start, double eps_abs, const double* friction_rows,
+                    const double* basis, const std::uint8_t* chain, const std::uint8_t* is_force_contact,
+                    const double* lambda_des) {
+  if (method < idyn::PIDC_QP || method > idyn::PIDCWCU) return nullptr;
+  try {
+    return new idyn::Pidc(static_cast<idyn::Engine*>(engine), method, warm_start != 0, eps_abs, friction_rows, basis,
+                          chain, is_force_contact, lambda_des);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void idyn_pidc_free(void* c) { delete static_cast<idyn::Pidc*>(c); }
+
+void idyn_pidc_reset(void* c) {
+  auto& p = *static_cast<idyn::Pidc*>(c);
+  for (idyn::Qp* qp : {&p.qp_motion, &p.qp_motion_loose, &p.qp_force, &p.qp_force_elastic}) qp->initialized = false;
+}
+
+int idyn_pidc_solve(void* c, const double* qdd_des, const std::uint8_t* active, long version, const double* options,
+                    const double* tau_max, double* qdd, double* tau, double* forces, double* info) {
+  return idyn::pidc_solve(*static_cast<idyn::Pidc*>(c), qdd_des, active, version, options, tau_max, qdd, tau, forces,
+                          info);
 }
 
 }  // extern "C"

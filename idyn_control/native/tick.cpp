@@ -45,7 +45,7 @@ enum Slot {
 // native/tick.py VALUES, in order
 enum Value { V_NQ, V_NV, V_NB, V_NA, V_K, V_SOLVER_KIND, V_N_TASKS, V_RATE_STEP, V_RAMP_TIME, V_DT, V_FORCE_SCALE,
              V_TRAJ_K, V_TRAJ_N, V_COUNT };
-enum SolverKind { QP_CONTACT = 0, WBC = 1, RNEA = 2 };
+enum SolverKind { QP_CONTACT = 0, WBC = 1, RNEA = 2, PIDC = 3 };
 
 static_assert(T_COUNT == IDYN_TICK_SLOTS && V_COUNT == IDYN_TICK_VALUES, "api.h's tick layout");
 
@@ -237,6 +237,10 @@ int run(Tick& T, double t, const double* q, const double* v, const std::uint8_t*
     status = idyn_qpc_solve(T.p[T_SOLVER], T.at<double>(T_SOLVER_A0), active, version, T.at<double>(T_SOLVER_A2),
                             T.at<double>(T_SOLVER_A3), T.at<double>(T_SOLVER_OUT0), T.at<double>(T_SOLVER_OUT1),
                             T.at<double>(T_SOLVER_OUT2), T.at<double>(T_SOLVER_OUT3));
+  } else if (kind == PIDC) {  // pidc_qp and its baselines: λ_d read from the formulation's buffer
+    status = idyn_pidc_solve(T.p[T_SOLVER], T.at<double>(T_SOLVER_A0), active, version, T.at<double>(T_SOLVER_A2),
+                             T.at<double>(T_SOLVER_A3), T.at<double>(T_SOLVER_OUT0), T.at<double>(T_SOLVER_OUT1),
+                             T.at<double>(T_SOLVER_OUT2), T.at<double>(T_SOLVER_OUT3));
   } else if (kind == WBC) {
     status = idyn_wbc_solve(T.p[T_SOLVER], T.at<double>(T_SOLVER_A0), active, version, T.at<double>(T_SOLVER_A2),
                             T.at<double>(T_SOLVER_A3), int(T.val[V_N_TASKS]), T.at<double>(T_SOLVER_TASKS),

@@ -1,10 +1,11 @@
 """One controller tick compiled (``tick.cpp``): ``Controller.update``, gait and contact switches included.
 
 :class:`Tick` binds the C++ tick to a :class:`~idyn_control.controller.Controller` whose
-formulation runs compiled (``wbc_qp``, ``qp_coulomb``, ``qp_noslip``; ``rnea`` on a fixed
-base) and, optionally, a :class:`~idyn_control.native.gait.CompiledGait`: one call runs the
-gait, decides which contacts are held (swinging feet are not, make and break are ramped
-as :class:`~idyn_control.contacts.ContactTransitions` does), refreshes the rigid-body
+formulation runs compiled (``wbc_qp``, ``qp_coulomb``, ``qp_noslip``, ``pidc_qp`` and its
+baselines, which read the desired forces in place; ``rnea`` on a fixed base) and,
+optionally, a :class:`~idyn_control.native.gait.CompiledGait`: one call runs the gait,
+decides which contacts are held (swinging feet are not, make and break are ramped as
+:class:`~idyn_control.contacts.ContactTransitions` does), refreshes the rigid-body
 terms, the kinematic layer, the formulation and the clamps, on the very arrays the
 Python tick uses. The node's compiled loop (``rt.cpp``) calls it for every routine tick.
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import NativeUnavailable, QpContact, Rnea, Wbc, _addr, load
+from . import NativeUnavailable, Pidc, QpContact, Rnea, Wbc, _addr, load
 
 #: tick.cpp Slot, in order
 SLOTS = ("engine", *(f"layer_arg{i}" for i in range(7)), "solver", "solver_a0", "solver_a1", "solver_a2",
@@ -55,6 +56,8 @@ class Tick:
             self.kind = 1
         elif isinstance(solver, Rnea):
             self.kind = 2
+        elif isinstance(solver, Pidc):  # reads the formulation's lambda_des in place
+            self.kind = 3
         else:
             raise NativeUnavailable(f"no compiled tick for {type(solver).__name__}")
         if gait is not None and (gait.controller is not controller or not gait.valid()):
@@ -145,7 +148,7 @@ class Tick:
         """After a Python tick: take the settings it used (gains, options, tasks, version)
         for the compiled ticks that follow."""
         self.layer.write_gains()
-        if self.kind == 0:
+        if self.kind in (0, 3):
             self.solver.write_settings()
         elif self.kind == 1:
             self.solver.write_settings(self.formulation._task_list)

@@ -44,12 +44,14 @@ reliable publishers; references reliable, depth 1):
   (``Controller.set_desired_forces``): a reference is held until the next one, or, when
   ``contacts.desired_wrench_timeout`` > 0, goes back to zero (the value before any reference
   arrived) once older than that, with one warning and ``stale_ticks.desired_wrench`` in
-  /diagnostics. No profile-as-trajectory message: a profile is streamed. The formulations
-  that take desired forces run in Python (no compiled solver), so with them every tick of
-  ``loop_mode native`` is handed to the Python tick on the compiled loop's thread (same
-  trigger, no executor hop, but GIL hand-offs with the executor thread: ``triggered`` is
-  faster for them, see ``bench/force_reference.py``); no other formulation subscribes to
-  desired wrenches and their compiled ticks are unchanged.
+  /diagnostics. No profile-as-trajectory message: a profile is streamed. In ``loop_mode
+  native`` with the formulation compiled (``backend`` auto/native) a new reference is a
+  routine compiled tick: the subscription hands it to the compiled loop, which writes it
+  (turned into the world frame with the last tick's kinematics) into the compiled solver's
+  buffer before its next tick; a stale reference (timeout) goes to the Python tick, which
+  zeroes, warns and counts. With the Python backend every tick is the Python tick
+  (``bench/force_reference.py`` measures both). No other formulation subscribes to desired
+  wrenches.
 - ``contacts.measured_wrench_topic`` (default ``~/measured_wrench/<frame>``)
   geometry_msgs/WrenchStamped, one per contact frame: the measured force of the last
   control period (formulations with ``set_measured_forces``: ``sensed``, ID(t_{i−1}) /
@@ -508,6 +510,8 @@ class ControllerNode(InputsMixin, MonitoringMixin, NativeLoopMixin, LoopMixin, L
         self._node_params.update(node_values)
         if node_values and self._rt is not None:
             self._rt.set_params(self._node_params["watchdog_timeout"], self._node_params["contacts.threshold"])
+        if "contacts.desired_wrench_timeout" in node_values:
+            self._rt_interrupt()  # the Python tick hands the compiled loop the new timeout
         return SetParametersResult(successful=True)
 
 

@@ -184,8 +184,9 @@ class InputsMixin:
     def _desired_wrench_callback(self, index: int, frame: str, world_frame: str):
         """Desired force of force contact ``index`` [N]: finite, in its own frame or the
         world's, no torque, within ``contacts.max_desired_force``; else dropped (the previous
-        reference is kept). No loop interrupt: the formulations that take desired forces run
-        the Python tick every tick, which reads the latest value."""
+        reference is kept). No loop interrupt: the Python tick reads the latest value, and the
+        compiled loop (loop_mode native, a compiled formulation) gets it too and writes it into
+        the compiled solver's buffer at its next tick, which stays compiled."""
         def callback(msg: WrenchStamped) -> None:
             f, m = msg.wrench.force, msg.wrench.torque
             x, y, z = f.x, f.y, f.z
@@ -211,6 +212,9 @@ class InputsMixin:
                 self._force_ref_local[index] = frame_id == frame
                 self._force_ref_t[index] = now
                 self._t_in["desired_wrench"] = now
+                rt_loop = self._rt
+                if rt_loop is not None:
+                    rt_loop.set_desired_force(index, self._force_ref_in[index], frame_id == frame, now)
         return callback
 
     def _measured_wrench_callback(self, index: int, frame: str, world_frame: str):

@@ -9,7 +9,8 @@ Loop designs (``loop_mode``; measured by ``bench/ros_loop.py``):
   (:mod:`idyn_control.native.tick`: a running ~/joint_reference trajectory sampled (on the
   system clock: not under simulated time), the gait node's compiled gait, the contacts held — switches,
   make/break ramps included —, Pinocchio, kinematic layer, compiled formulation (wbc_qp,
-  qp_coulomb, qp_noslip; rnea on a fixed base), clamps) → command published through rcl,
+  qp_coulomb, qp_noslip, pidc_qp and its baselines with the latest desired forces; rnea on
+  a fixed base), clamps) → command published through rcl,
   then the monitoring topics (~/state, predicted contact wrenches, the gait's ~/reference)
   at ``monitor_rate_hz``, published from the same thread. Whatever is not routine is handed
   to the Python tick on that thread with the same bytes (the first tick after activation, a

@@ -53,6 +53,10 @@ class NativeLoopMixin:
                 self._rt.set_base(self._in_base_q, self._in_base_v)
             if self._t_in["contact_states"] > 0.0:
                 self._rt.set_contacts(self._in_contacts)
+            for i in self._force_indices:  # desired forces received before the loop started
+                if self._force_ref_t[i] > 0.0:
+                    self._rt.set_desired_force(i, self._force_ref_in[i], self._force_ref_local[i],
+                                               self._force_ref_t[i])
         self._rt.set_spin(self.loop_spin_us * 1e-6, self.period_s)
         sys.setswitchinterval(RT_GIL_SWITCH_INTERVAL_S)
         self._rt.start()
@@ -84,7 +88,7 @@ class NativeLoopMixin:
         compiled, gait = self._compiled_references()
         fast = (compiled and self._mode == ACTIVE and not self._watchdog_tripped and not self._need_reset
                 and (self._trajectory is None or self._trajectory_compiles())
-                and self._base_ref is None and not self._takes_force_refs
+                and self._base_ref is None and not self._force_refs_need_python()
                 and not self._measured_any and not self._pending_fields and self._pending_formulation is None
                 and self._last_source == "formulation")
         if fast:
@@ -96,9 +100,21 @@ class NativeLoopMixin:
             else:
                 rt_loop.plan(*plan)
                 self._rt_plan_monitoring(rt_loop)
+                self._rt_plan_force_refs(rt_loop)
         rt_loop.sync(fast, self._stamp_in["joint_states"])
         if self._rt_interrupts != interrupts:  # a callback changed something meanwhile
             rt_loop.set_fast(False)
+
+    def _force_refs_need_python(self) -> bool:
+        """Desired forces that only the Python tick applies: a formulation that takes them
+        and runs in Python (a compiled one reads the references the loop writes)."""
+        return self._takes_force_refs and getattr(self.ctrl.formulation, "_engine", None) is None
+
+    def _rt_plan_force_refs(self, rt_loop) -> None:
+        """The compiled loop writes the desired forces into the compiled solver's buffer."""
+        f = self.ctrl.formulation
+        rt_loop.force_refs(f.lambda_des if self._takes_force_refs else None, f.contacts.rotation,
+                           self._is_force_contact, self._node_params["contacts.desired_wrench_timeout"])
 
     def _trajectory_compiles(self) -> bool:
         """A running joint trajectory is sampled by the compiled tick on the system clock

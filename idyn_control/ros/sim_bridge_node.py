@@ -15,7 +15,8 @@ period) and publishes what the controller node reads.
   ``/odom`` (nav_msgs/Odometry, ground-truth base pose in ``odom_frame``, twist in the
   base frame, REP-105); contact estimates on ``contact_states_topic`` (the controller's
   ``~/contact_states``: :data:`CONTACT_STATES_TYPE`, 1.0 / 0.0 per ``contact_frames``
-  entry, 1.0 when MuJoCo's normal force on the foot exceeds ``contact_threshold``);
+  entry, 1.0 when MuJoCo's normal force on the foot exceeds ``contact_threshold``, and
+  for a foot resting on the flat ground at spawn until the first step);
   ``~/contact_wrench/<frame>`` (geometry_msgs/WrenchStamped, the force the ground
   applied over the period, world frame, ``header.frame_id = odom_frame``: the measured
   forces for the ``sensed`` formulation and for scoring predictions); ``/joint_states``
@@ -213,6 +214,7 @@ class SimBridgeNode(Node):
         self._forces_step = np.zeros((self.k, 3))
         if self.k:
             self.sim.contact_forces_array(self._forces)  # the spawn state's contacts
+        self._spawn_contacts = self._resting_feet()
 
         self.pub_js = self.create_publisher(JointState, "/joint_states", STATE_QOS)
         self.pub_odom = self.create_publisher(Odometry, "/odom", STATE_QOS) if m.floating_base else None
@@ -386,6 +388,15 @@ class SimBridgeNode(Node):
         self._cmd_event.clear()  # what arrives from now on answers the state published next
         self._publish_state()
 
+    def _resting_feet(self) -> np.ndarray | None:
+        """Feet whose sphere rests on the flat ground at spawn: reported in contact until the
+        first step, as a robot's estimator would (MuJoCo's force on a sphere that just touches
+        is zero, so the force alone says "in the air", and a controller's first tick would
+        hold no contact)."""
+        if not self.k or not self.robot.floating_base or self.sim.terrain is not None:
+            return None
+        return np.array([self.sim.frame_position(c.frame)[2] <= c.radius + 1e-6 for c in self.sim.contacts])
+
     def _publish_state(self) -> None:
         sim, m = self.sim, self.robot
         q, v = sim.state()
@@ -406,6 +417,8 @@ class SimBridgeNode(Node):
         if self.k:
             normal = self._forces[:, 2]
             self._contacts.views["data"][:] = (normal > self.contact_threshold)
+            if self._spawn_contacts is not None and self.counters["steps"] == 0:
+                self._contacts.views["data"][self._spawn_contacts] = 1.0
             self.pub_contacts.publish(self._contacts.cdr())
             if self.publish_wrenches:
                 for i, (msg, pub) in enumerate(zip(self._wrenches, self.pub_wrench)):

@@ -164,35 +164,48 @@ class ForceTrackingRun:
     metrics: dict[str, Any] = field(default_factory=dict)
 
 
+def pressing_stance(s: ForceTrackingScenario):
+    """(robot model, its MuJoCo world, the stance q: torso at ``base_height``, feet on the ground)."""
+    robot = robots.load(s.robot, friction=s.friction)
+    sim = build_mujoco(robot, friction=s.friction, compliant=False, timestep=s.dt)
+    return robot, sim, standing_at_height(robot, s.robot, s.base_height, sim.contacts[0].radius)
+
+
+def controller_config(s: ForceTrackingScenario) -> ControllerConfig:
+    """The controller of every run (lock-step and the node's): base gains Kp, Kd, the force
+    contact, the other gains at their defaults, the last torque held if a solve fails."""
+    options = {"force_contacts": (s.force_frame,), **s.formulation_options}
+    return ControllerConfig(formulation=s.formulation, formulation_options=options, dt=s.dt,
+                            base_kp=s.base_kp, base_kd=s.base_kd, safe_output="hold")
+
+
+def allocate_run(s: ForceTrackingScenario, ticks: int, na: int, tau_limit: np.ndarray) -> ForceTrackingRun:
+    """A run of ``ticks`` ticks, zero-filled (the base reference is the stance's)."""
+    z = np.zeros
+    return ForceTrackingRun(
+        scenario=s, t=z(ticks), f_des=z((ticks, 3)), f_meas=z((ticks, 3)), f_pred=z((ticks, 3)),
+        f_support=z((ticks, 3)), base_pos=z((ticks, 3)), base_rpy=z((ticks, 3)), tau=z((ticks, na)),
+        tau_raw=z((ticks, na)), fallback=z(ticks, dtype=bool), active=z(ticks, dtype=int),
+        slip=z(ticks), tau_limit=np.array(tau_limit, dtype=float), base_ref=np.array([0.0, 0.0, s.base_height]))
+
+
 def run_force_tracking(scenario: ForceTrackingScenario | None = None, **overrides: Any) -> ForceTrackingRun:
     """Run seed 004 §IV's experiment for one controller and profile in MuJoCo (lock-step)."""
     s = replace(scenario or ForceTrackingScenario(), **overrides)
     s.validate()
-    robot = robots.load(s.robot, friction=s.friction)
-    sim = build_mujoco(robot, friction=s.friction, compliant=False, timestep=s.dt)
-    radius = sim.contacts[0].radius
-    q = standing_at_height(robot, s.robot, s.base_height, radius)
+    robot, sim, q = pressing_stance(s)
     v = np.zeros(robot.nv)
-    options = {"force_contacts": (s.force_frame,), **s.formulation_options}
-    config = ControllerConfig(formulation=s.formulation, formulation_options=options, dt=s.dt,
-                              base_kp=s.base_kp, base_kd=s.base_kd, safe_output="hold")
-    ctrl = Controller(robot, config)
+    ctrl = Controller(robot, controller_config(s))
     sim.set_state(q, v)
     q, v = sim.state()
     ctrl.reset(q, v)
-    base_ref = np.array([0.0, 0.0, s.base_height])
-    ctrl.set_base_reference(base_ref, np.eye(3))
+    ticks = int(round(s.length_s / s.dt))
+    run = allocate_run(s, ticks, robot.na, ctrl.tau_limit)
+    ctrl.set_base_reference(run.base_ref, np.eye(3))
     formulation = ctrl.formulation
     k = robot.contact_index(s.force_frame)
     support = np.arange(len(robot.contact_frames)) != k
-
-    ticks = int(round(s.length_s / s.dt))
     z = np.zeros
-    run = ForceTrackingRun(
-        scenario=s, t=z(ticks), f_des=z((ticks, 3)), f_meas=z((ticks, 3)), f_pred=z((ticks, 3)),
-        f_support=z((ticks, 3)), base_pos=z((ticks, 3)), base_rpy=z((ticks, 3)), tau=z((ticks, robot.na)),
-        tau_raw=z((ticks, robot.na)), fallback=z(ticks, dtype=bool), active=z(ticks, dtype=int),
-        slip=z(ticks), tau_limit=ctrl.tau_limit.copy(), base_ref=base_ref)
     forces = z((len(robot.contact_frames), 3))
     mask = sim.contact_forces_array(forces)[:, 2] > CONTACT_THRESHOLD_N
     mask[:] = True  # the robot starts standing on its four feet
@@ -206,7 +219,7 @@ def run_force_tracking(scenario: ForceTrackingScenario | None = None, **override
         run.t[n] = t
         run.f_des[n] = f_des
         run.base_pos[n] = q[:3]
-        run.base_rpy[n] = pin.rpy.matrixToRpy(pin.Quaternion(q[6], q[3], q[4], q[5]).toRotationMatrix())
+        run.base_rpy[n] = base_rpy(q)
         run.tau[n] = cmd.tau
         run.fallback[n] = cmd.source != "formulation"
         if cmd.result is not None:
@@ -221,21 +234,27 @@ def run_force_tracking(scenario: ForceTrackingScenario | None = None, **override
         run.slip[n] = float(np.linalg.norm((sim.frame_position(s.force_frame) - foot0)[:2]))
         np.greater(forces[:, 2], CONTACT_THRESHOLD_N, out=mask)
         q, v = sim.state()
-        if _fallen(q, s.base_height):
+        if fallen(q, s.base_height):
             run.fall_time_s = t + s.dt
-            _trim(run, n + 1)
+            trim(run, n + 1)
             break
     run.metrics = summarize(run)
     return run
 
 
-def _fallen(q: np.ndarray, base_height: float) -> bool:
+def base_rpy(q: np.ndarray) -> np.ndarray:
+    """Roll, pitch, yaw [rad] of the floating base at ``q`` (quaternion x, y, z, w at q[3:7])."""
+    return pin.rpy.matrixToRpy(pin.Quaternion(q[6], q[3], q[4], q[5]).toRotationMatrix())
+
+
+def fallen(q: np.ndarray, base_height: float) -> bool:
     """The torso fell: below half its height or tilted by more than 1 rad (as lockstep)."""
     R = pin.Quaternion(q[6], q[3], q[4], q[5]).toRotationMatrix()
     return bool(q[2] < FALL_HEIGHT_FRACTION * base_height or R[2, 2] < math.cos(FALL_TILT_RAD))
 
 
-def _trim(run: ForceTrackingRun, n: int) -> None:
+def trim(run: ForceTrackingRun, n: int) -> None:
+    """Keep the first ``n`` ticks of ``run``."""
     for name in ("t", "f_des", "f_meas", "f_pred", "f_support", "base_pos", "base_rpy", "tau", "tau_raw",
                  "fallback", "active", "slip"):
         setattr(run, name, getattr(run, name)[:n])
