@@ -123,18 +123,24 @@ class ViipStabilizer:
             normals = contacts.basis[idx, 2]                            # (m, 3) world
             n_b = normals @ R                                           # base frame (rows Rᵀ n)
             r_b = (contacts.position[idx] - q[:3]) @ R - com            # from the CoM, base frame
-            G = np.vstack((n_b.T, np.cross(r_b, n_b).T))                # centroidal wrench of unit pushes
+            G = np.empty((6, idx.size))                                 # centroidal wrench of unit pushes
+            G[:3] = n_b.T
+            G[3] = r_b[:, 1] * n_b[:, 2] - r_b[:, 2] * n_b[:, 1]        # r × n written out (np.cross: slow)
+            G[4] = r_b[:, 2] * n_b[:, 0] - r_b[:, 0] * n_b[:, 2]
+            G[5] = r_b[:, 0] * n_b[:, 1] - r_b[:, 1] * n_b[:, 0]
             # least squares in the acceleration metric (residual force / √m, moment through
-            # I_c^(−1/2)): newtons and newton-metres weighed by what they do to the body
-            L = np.linalg.cholesky(inertia_com)
-            scale = np.concatenate((np.full(3, 1.0 / np.sqrt(mass)), np.ones(3)))
-            Gw, ww = G * scale[:, None], wrench * scale
-            Gw[3:] = np.linalg.solve(L, G[3:])
-            ww[3:] = np.linalg.solve(L, wrench[3:])
-            # a small ridge makes redundant pushes (four feet, three useful rows) share the
-            # load instead of NNLS's vertex solution on two feet
-            ridge = RIDGE * np.linalg.norm(Gw, 2) * np.eye(idx.size)
-            f, _ = nnls(np.vstack((Gw, ridge)), np.concatenate((ww, np.zeros(idx.size))))
+            # I_c^(−1/2)): newtons and newton-metres weighed by what they do to the body; a
+            # small ridge makes redundant pushes (four feet, three useful rows) share the load
+            # instead of NNLS's vertex solution on two feet
+            L_inv = np.linalg.inv(np.linalg.cholesky(inertia_com))
+            A = np.zeros((6 + idx.size, idx.size))
+            b = np.zeros(6 + idx.size)
+            A[:3] = G[:3] / np.sqrt(mass)
+            b[:3] = wrench[:3] / np.sqrt(mass)
+            A[3:6] = L_inv @ G[3:]
+            b[3:6] = L_inv @ wrench[3:]
+            A[6:] = RIDGE * np.sqrt(np.einsum("ij,ij->", A[:6], A[:6]) / idx.size) * np.eye(idx.size)
+            f, _ = nnls(A, b)
             forces[idx] = f
             applied = G @ f
             # the same pushes as a generalized base force (free-flyer coordinates): Σ J_bᵀ n f
