@@ -30,6 +30,7 @@ from . import formulations, robots
 from .controller import SAFE_OUTPUTS, ControllerConfig
 from .gait import GaitConfig
 from .sim.tasks import BalanceConfig
+from .stabilization import STABILIZATIONS, VIIP_OUTPUTS
 from .errors import ConfigError, IdynError
 from .model import ContactSurface, RobotModel
 
@@ -244,6 +245,23 @@ PARAMETERS: tuple[ParamSpec, ...] = (
           "contact make/break: the contact's normal-force bound ramps over this time [s] (from zero to the "
           "robot's weight on a make, from its force to zero on a break), so a switch never steps the "
           "torque; 0 = switched", high=1.0),
+    ParamSpec("controller.stabilization", _CFG.stabilization, STRING,
+              "balance stabilization shared by every formulation (seed 000 §7.3): viip = virtual "
+              "compressive forces along the held feet's normals from the base pose error (an inverted "
+              "pendulum with a PD impedance), only what pushing on the ground can produce; none = off "
+              "(viip runs in Python: the tick is not compiled)", choices=STABILIZATIONS,
+              controller_field="stabilization"),
+    ParamSpec("controller.viip_kp", list(_CFG.viip_kp), DOUBLE_ARRAY,
+              "VIIP stiffness [1/s²] per base axis x, y, z, roll, pitch, yaw (world), one value or six",
+              (0.0, 1e6), controller_field="viip_kp"),
+    ParamSpec("controller.viip_kd", list(_CFG.viip_kd), DOUBLE_ARRAY,
+              "VIIP damping [1/s] per base axis x, y, z, roll, pitch, yaw (world), one value or six",
+              (0.0, 1e6), controller_field="viip_kd"),
+    ParamSpec("controller.viip_output", _CFG.viip_output, STRING,
+              "where the VIIP forces enter: acceleration = the base acceleration they give, into q̈_des "
+              "(seed 000 §7.3); torque = the joint torques pressing them into the ground, added to the "
+              "formulation's torques (Pacer's experiment configuration)", choices=VIIP_OUTPUTS,
+              controller_field="viip_output"),
     ParamSpec("controller.effort_limit_scale", _CFG.effort_limit_scale, DOUBLE,
               "commanded |τ| ≤ scale · effort limit", (1e-3, 1.0), controller_field="effort_limit_scale"),
     # ---------------------------------------------------------------- gait (idyn_gait_controller)

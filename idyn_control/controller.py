@@ -10,7 +10,10 @@ so the code path from a measured state to a torque command is the same everywher
 Desired accelerations come from a small weighted least-squares problem over q̈ (the
 kinematic layer): stance feet keep zero acceleration, swing feet and the base follow
 their references with PD feedback, the posture follows the joint reference. The chosen
-formulation turns q̈_des into torques and contact forces. The safety layer then drops
+formulation turns q̈_des into torques and contact forces. With ``stabilization: viip`` the
+VIIP balance term of seed 000 §7.3 (:mod:`idyn_control.stabilization`) adds the base
+acceleration of virtual compressive contact-normal forces to the base task (or their
+torques to the command, ``viip_output: torque``). The safety layer then drops
 non-finite or failed solutions (fallback per config), clamps to the effort limits and
 optionally limits the torque rate.
 """
@@ -29,6 +32,7 @@ from .errors import ConfigError, ShapeError
 from .formulations.base import Result
 from .linalg import solve_pd
 from .model import RobotModel
+from .stabilization import STABILIZATIONS, VIIP_OUTPUTS, ViipForces, ViipStabilizer
 
 SAFE_OUTPUTS = ("zero", "damping", "gravity", "hold")
 
@@ -60,6 +64,11 @@ class ControllerConfig:
     torque_rate_limit: float = 0.0  # N·m/s per joint, 0 = off
     effort_limit_scale: float = 1.0  # commanded |τ| ≤ scale · URDF effort limit
     contact_ramp_time: float = 0.0  # [s] contact make/break: force bounds ramped over it, 0 = switched
+    # VIIP balance (seed 000 §7.3): gains per base axis x, y, z, roll, pitch, yaw (world)
+    stabilization: str = "none"     # none | viip
+    viip_kp: Sequence[float] = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)     # [1/s²]
+    viip_kd: Sequence[float] = (0.0, 0.0, 0.0, 20.0, 20.0, 0.0)   # [1/s]
+    viip_output: str = "acceleration"  # acceleration (into q̈_des) | torque (added to τ)
 
     def validate(self) -> None:
         if self.formulation not in formulations.names():
@@ -73,6 +82,15 @@ class ControllerConfig:
             value = getattr(self, key)
             if not np.isfinite(value) or value < 0.0:
                 raise ConfigError(key, value, "must be finite and ≥ 0")
+        if self.stabilization not in STABILIZATIONS:
+            raise ConfigError("stabilization", self.stabilization, f"must be one of {STABILIZATIONS}")
+        if self.viip_output not in VIIP_OUTPUTS:
+            raise ConfigError("viip_output", self.viip_output, f"must be one of {VIIP_OUTPUTS}")
+        for key in ("viip_kp", "viip_kd"):
+            value = np.asarray(getattr(self, key), dtype=float)
+            if value.size not in (1, 6) or not np.isfinite(value).all() or (value < 0).any():
+                raise ConfigError(key, list(np.atleast_1d(getattr(self, key))),
+                                  "needs 1 or 6 finite values ≥ 0 (x, y, z, roll, pitch, yaw)")
         if not (0.0 < self.effort_limit_scale <= 1.0):
             raise ConfigError("effort_limit_scale", self.effort_limit_scale, "must be in (0, 1]")
         for key in ("joint_kp", "joint_kd"):
@@ -135,6 +153,10 @@ class Controller:
         self.counters = {"fallback": 0, "saturated_ticks": 0, "nonfinite_solution": 0, "failed_solve": 0}
         self.last_source = "none"
         self._native_layer = None
+        self.stabilizer = ViipStabilizer(model, c.viip_kp, c.viip_kd) if model.floating_base else None
+        if c.stabilization != "none" and self.stabilizer is None:
+            raise ConfigError("stabilization", c.stabilization, "needs a floating-base robot")
+        self.last_viip: ViipForces | None = None  # the last tick's virtual forces (stabilization viip)
         self.formulation = formulation  # after the buffers: binds the compiled kinematic layer
 
     @property
@@ -146,10 +168,11 @@ class Controller:
     @formulation.setter
     def formulation(self, formulation) -> None:
         self._formulation = formulation
-        # the kinematic layer runs compiled when the formulation does (same equations)
+        # the kinematic layer runs compiled when the formulation does (same equations); the
+        # VIIP stabilization exists in Python only, so with it the whole tick stays in Python
         self._native_layer = None
         engine = getattr(formulation, "_engine", None)
-        if engine is not None:
+        if engine is not None and self.config.stabilization == "none":
             from .native import KinematicLayer
 
             self._native_layer = KinematicLayer(engine, self)
@@ -243,7 +266,14 @@ class Controller:
         """Change gains/weights at run time (validated; effective next tick)."""
         trial = ControllerConfig(**{**self.config.__dict__, **gains})
         trial.validate()
+        if trial.stabilization != "none" and self.stabilizer is None:
+            raise ConfigError("stabilization", trial.stabilization, "needs a floating-base robot")
+        rebind = trial.stabilization != self.config.stabilization
         self.config = trial
+        if self.stabilizer is not None:
+            self.stabilizer.set_gains(trial.viip_kp, trial.viip_kd)
+        if rebind:  # the compiled kinematic layer is bound (or unbound) with the stabilization
+            self.formulation = self._formulation
         na = self.model.na
         self.joint_kp[:] = np.broadcast_to(np.asarray(trial.joint_kp, dtype=float), (na,))
         self.joint_kd[:] = np.broadcast_to(np.asarray(trial.joint_kd, dtype=float), (na,))
@@ -284,6 +314,10 @@ class Controller:
         # ω × v written out: np.cross costs ~20 µs per call in numpy 2
         rhs[:3] = c.base_weight * (R.T @ p_dd - (wy * vz - wz * vy, wz * vx - wx * vz, wx * vy - wy * vx))
         rhs[3:6] = c.base_weight * (R.T @ w_dd)
+        if c.stabilization == "viip":
+            viip = self.stabilize(q, v)
+            if c.viip_output == "acceleration":  # seed 000 §7.3: accumulated into q̈_des (base task)
+                rhs[:6] += c.base_weight * viip.qdd_base
         rhs[6:] = c.posture_weight * a_joint
         # feet: stance → zero acceleration, damping what velocity a planted foot has
         # (touchdown, slip) as TSID's contact task does; swing → PD on the reference
@@ -303,6 +337,18 @@ class Controller:
         rhs += WJ.T @ b_feet.reshape(-1)
         qdd[:] = solve_pd(H, rhs)
         return qdd
+
+    def stabilize(self, q: np.ndarray, v: np.ndarray) -> ViipForces:
+        """The VIIP virtual compressive forces of this tick (seed 000 §7.3,
+        :class:`~idyn_control.stabilization.ViipStabilizer`) on the feet the formulation holds,
+        from the base's pose error against its reference; kept in :attr:`last_viip`.
+        Reads the formulation's prepared ``terms``/``contacts``, as :meth:`desired_acceleration`."""
+        f = self.formulation
+        cs = f.contacts
+        self.last_viip = self.stabilizer.compute(
+            q, v, f.terms.M, cs, cs.active & ~cs.released, self.base_position_ref, self.base_rotation_ref,
+            self.base_velocity_ref, self.base_angular_ref)
+        return self.last_viip
 
     def update(self, q: np.ndarray, v: np.ndarray, contact_mask: Sequence[bool]) -> Command:
         """One control tick: state + contact estimates → safe torque command."""
@@ -328,7 +374,10 @@ class Controller:
         if not np.isfinite(result.tau).all():
             self.counters["nonfinite_solution"] += 1
             return self._finish(self.safe_torque(q, v, mask), result, self.config.safe_output)
-        return self._finish(result.tau, result, "formulation")
+        tau = result.tau
+        if self.config.stabilization == "viip" and self.config.viip_output == "torque":
+            tau = tau + self.last_viip.tau  # Pacer's experiments: legs press the virtual forces
+        return self._finish(tau, result, "formulation")
 
     def safe_command(self, q: np.ndarray, v: np.ndarray, contact_mask: Sequence[bool]) -> Command:
         """A tick of the safe output instead of the formulation (stale inputs: the node's

@@ -5,6 +5,7 @@ loop (:mod:`idyn_control.sim.lockstep`), fanned out over local worker processes,
 writes Markdown + JSON + PNG (DESIGN.md §5)::
 
     idyn-control experiments seed000 [--quick] [--workers N] [--out DIR] [--only PATTERN,...]
+                                     [--stabilization none|viip]
 
 Cells (quadruped, 1 kHz, seed 000 §7.3–7.6):
 
@@ -152,6 +153,8 @@ class Cell:
         duration_s: simulated time [s].
         task: "waypoints" (seed 000 §7.6), "trot" (straight, ``--quick``) or "grasp".
         terrain_seed: seed of the height map.
+        stabilization: the controller's balance stabilization (``none`` or ``viip``, seed
+            000 §7.3; :mod:`idyn_control.stabilization`), legged cells only.
     """
 
     group: str
@@ -160,19 +163,21 @@ class Cell:
     duration_s: float
     task: str
     terrain_seed: int = 0
+    stabilization: str = "none"
 
     @property
     def id(self) -> str:
         return f"{self.group}/{self.ground}/{self.controller}"
 
 
-def cells(quick: bool = False, only: tuple[str, ...] = ()) -> list[Cell]:
-    """The experiment's cells (``only``: fnmatch patterns on :attr:`Cell.id`)."""
+def cells(quick: bool = False, only: tuple[str, ...] = (), stabilization: str = "none") -> list[Cell]:
+    """The experiment's cells (``only``: fnmatch patterns on :attr:`Cell.id`;
+    ``stabilization``: of the quadruped's cells)."""
     duration, task = (3.0, "trot") if quick else (30.0, "waypoints")
-    out = [Cell("planar", c, g, duration, task)
+    out = [Cell("planar", c, g, duration, task, stabilization=stabilization)
            for g in (QUICK_GROUNDS if quick else GROUNDS) for c in (QUICK_CONTROLLERS if quick else CONTROLLERS)]
     seeds = HEIGHTMAP_SEEDS[:1] if quick else HEIGHTMAP_SEEDS
-    out += [Cell("heightmap", c, f"seed{k}", duration, task, terrain_seed=k)
+    out += [Cell("heightmap", c, f"seed{k}", duration, task, terrain_seed=k, stabilization=stabilization)
             for k in seeds for c in HEIGHTMAP_CONTROLLERS]
     out += [Cell("manipulator", c, g, MANIPULATOR_DURATION_S, "grasp")
             for g in MANIPULATOR_FRICTIONS for c in MANIPULATOR_CONTROLLERS]
@@ -194,7 +199,8 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     overrides = GROUNDS[cell.ground][1] if cell.group == "planar" else {"terrain": "heightmap",
                                                                        "terrain_seed": cell.terrain_seed}
     scenario = Scenario(robot="quadruped", formulation=formulation, formulation_options=dict(options),
-                        duration=cell.duration_s, task=cell.task, velocity=(0.2, 0.0, 0.0), **overrides)
+                        duration=cell.duration_s, task=cell.task, velocity=(0.2, 0.0, 0.0),
+                        controller={"stabilization": cell.stabilization}, **overrides)
     out, runner, run = _run_lockstep(cell, scenario, label)
     if run is None:
         return out
@@ -274,12 +280,14 @@ def _json_safe(d: dict[str, Any]) -> dict[str, Any]:
 
 # ====================================================================== orchestration
 def run(*, quick: bool = False, workers: int | None = None, out: str | Path = DEFAULT_OUT,
-        only: tuple[str, ...] = (), hash_seed: int = 0, log: Callable[[str], None] = print) -> dict[str, Any]:
+        only: tuple[str, ...] = (), hash_seed: int = 0, stabilization: str = "none",
+        log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the cells over ``workers`` processes (default: all CPUs) and write the report.
 
     ``hash_seed``: the workers' PYTHONHASHSEED (see below); another value replays every cell
-    with other round-off, a check of how robust a result is."""
-    todo = cells(quick, only)
+    with other round-off, a check of how robust a result is. ``stabilization``: the
+    quadruped's (``none``, the default, or ``viip``; README "Balance stabilization")."""
+    todo = cells(quick, only, stabilization)
     workers = max(1, min(workers or os.cpu_count() or 1, max(len(todo), 1)))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -315,7 +323,8 @@ def run(*, quick: bool = False, workers: int | None = None, out: str | Path = DE
         "experiment": "seed000",
         "meta": {"quick": quick, "workers": workers, "cells": len(todo), "wall_time_s": time.perf_counter() - wall0,
                  "commit": _git_commit(), "hash_seed": hash_seed, "machine": f"{os.cpu_count()} CPUs, {sys.platform}",
-                 "robot": "quadruped", "control_rate_hz": 1000, "task": todo[0].task if todo else None},
+                 "robot": "quadruped", "control_rate_hz": 1000, "task": todo[0].task if todo else None,
+                 "stabilization": stabilization},
         "paper": PAPER,
         "metric_definitions": METRIC_DEFINITIONS,
         "cells": [{k: v for k, v in r.items() if k != "series"} for r in ordered],
@@ -375,7 +384,8 @@ def format_markdown(report: dict[str, Any], figures: list[str]) -> str:
     by_id = {c["id"]: c for c in report["cells"]}
     meta = report["meta"]
     lines = [f"# seed 000 §7–8 reproduced ({'quick' if meta['quick'] else 'full'})", "",
-             f"Quadruped, 1 kHz lock-step MuJoCo, task: {meta['task']}; {meta['cells']} cells on "
+             f"Quadruped, 1 kHz lock-step MuJoCo, task: {meta['task']}, stabilization: "
+             f"{meta.get('stabilization', 'none')}; {meta['cells']} cells on "
              f"{meta['workers']} workers, {meta['wall_time_s']:.0f} s wall; commit {meta['commit']}.",
              "Each cell: ours, then the paper's value in parentheses. \"–\": the quadruped fell (ours: Tables 3–4 "
              "are still computed up to the fall and marked †; Table 5 prints – as the paper does).", ""]
@@ -595,6 +605,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hash-seed", type=int, default=0,
                    help="PYTHONHASHSEED of the workers (default 0): runs are reproducible for one value; "
                         "others replay them with other round-off (seed000)")
+    p.add_argument("--stabilization", default="none", choices=("none", "viip"),
+                   help="the quadruped's balance stabilization (seed000; default none: README "
+                        "'Balance stabilization' says why)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -604,5 +617,5 @@ def main(args: argparse.Namespace) -> int:
               + ", ".join(c.id for c in cells(args.quick)), file=sys.stderr)
         return 2
     report = run(quick=args.quick, workers=args.workers, out=args.out or DEFAULT_OUT, only=only,
-                 hash_seed=args.hash_seed, log=lambda m: print(m, flush=True))
+                 hash_seed=args.hash_seed, stabilization=args.stabilization, log=lambda m: print(m, flush=True))
     return 1 if any("error" in c for c in report["cells"]) else 0

@@ -46,6 +46,8 @@ class Tick:
         self.controller, self.gait = controller, gait
         self.formulation = f = controller.formulation
         layer, solver = controller._native_layer, getattr(f, "_native", None)
+        if controller.config.stabilization != "none":
+            raise NativeUnavailable(f"stabilization {controller.config.stabilization} runs in Python")
         if f._engine is None or solver is None or layer is None or not layer.valid():
             raise NativeUnavailable(f"{controller.config.formulation} does not run compiled here")
         if isinstance(solver, QpContact):
