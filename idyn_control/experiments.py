@@ -589,6 +589,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, help="output directory (default: results/experiments/<name>)")
     p.add_argument("--only", default="", help="comma-separated fnmatch patterns on cell ids, "
                                               "e.g. 'planar/rigid_mu0.1/*,heightmap/seed0/pid'")
+    p.add_argument("--ros", action="store_true", help="faults only: over ROS 2 (bridge, fault relay and "
+                                                     "controller nodes over DDS, lock-step) instead of in one process")
     p.add_argument("--hash-seed", type=int, default=0,
                    help="PYTHONHASHSEED of the workers (default 0): runs are reproducible for one value; "
                         "others replay them with other round-off (seed000)")
