@@ -589,6 +589,7 @@ class _TraceBuilder:
         self.have_js = np.zeros(n, dtype=bool)
         self.have_odom = np.zeros(n, dtype=bool)
         self.have_pred = np.zeros(n, dtype=bool)
+        self.have_ref = np.zeros(n, dtype=bool)
         self.pred_local = np.zeros((n, k, 3))
         self.frame_index = {f: i for i, f in enumerate(model.contact_frames)}
         self._joint_index: dict[tuple, list[int]] = {}
@@ -633,6 +634,7 @@ class _TraceBuilder:
             if i >= 0:
                 tr.q_ref[i] = msg.position
                 tr.v_ref[i] = msg.velocity
+                self.have_ref[i] = True
         elif topic == CONTACT_STATES_TOPIC:
             msg = self._deserialize(raw, self.topics[topic][0])
             i = int(round(t_ns * 1e-9 / self.dt))
@@ -659,6 +661,13 @@ class _TraceBuilder:
         tr, model, opts = self.trace, self.model, self.opts
         pm, data = model.pin_model, model.pin_model.createData()
         ticks = np.flatnonzero(self.have_js & self.have_odom)
+        # a tick the controller did not run (its input lost, as under injected faults) or whose
+        # reference the recorder missed: the reference it held, the last one it published
+        have = np.flatnonzero(self.have_ref)
+        if have.size:
+            last = np.maximum.accumulate(np.where(self.have_ref, np.arange(self.n), have[0]))
+            tr.q_ref[:] = tr.q_ref[last]
+            tr.v_ref[:] = tr.v_ref[last]
         for i in np.flatnonzero(self.have_pred & self.have_js & self.have_odom):
             pin.framesForwardKinematics(pm, data, tr.q[i])  # contact frame → world
             for c, fid in enumerate(model.contact_frame_ids):

@@ -189,6 +189,12 @@ class FaultRelayNode(Node):
         injected = self.injector.counts if self.injector is not None else {}
         return {**self.counts, **{f"injected.{k}": v for k, v in injected.items()}}
 
+    def close(self) -> None:
+        """Publish the final counts (for whoever listens: the demo's report), then go."""
+        if rclpy.ok():
+            self.publish_status()
+        self.destroy_node()
+
     def publish_status(self) -> None:
         status = DiagnosticStatus(name=f"{self.get_name()}: faults", level=DiagnosticStatus.OK,
                                   message="relaying", hardware_id="")
@@ -217,11 +223,7 @@ def main(args=None) -> None:
         print(f"{NODE_NAME}: {exc}", flush=True)
     finally:
         if node is not None:
-            try:
-                node.publish_status()  # the final counts for whoever listens
-            except Exception:  # noqa: BLE001 - the context may be gone already
-                pass
-            node.destroy_node()
+            node.close()
         rclpy.try_shutdown()
 
 
