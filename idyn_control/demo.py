@@ -377,7 +377,7 @@ def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
 
     # the recorder yields the CPU to the bridge and the controller (the lock-step cycle):
     # it only has to keep up on average, the subscriptions buffer 2000 messages each
-    os.nice(RECORDER_NICE)
+    os.nice(max(0, RECORDER_NICE - os.nice(0)))  # once: runs in one process (experiments) do not add up
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain)
     node = rclpy.create_node("idyn_demo", context=context)
