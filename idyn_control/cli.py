@@ -5,7 +5,7 @@
     idyn-control check-config config/solo12.yaml
     idyn-control experiments seed000 [--quick] [--workers N] [--out DIR]
     idyn-control experiments seed004 [--quick] [--ros] [--out DIR]
-    idyn-control experiments faults [--quick] [--out DIR]
+    idyn-control experiments faults [--quick] [--ros] [--out DIR]
 """
 
 from __future__ import annotations

@@ -601,7 +601,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                               "e.g. 'planar/rigid_mu0.1/*,heightmap/seed0/pid'")
     p.add_argument("--ros", action="store_true",
                    help="seed004: also run every cell through the ROS 2 nodes (MuJoCo bridge + controller "
-                        "node over DDS, the desired force streamed to the node) and report both")
+                        "node over DDS, the desired force streamed to the node) and report both; faults: over "
+                        "ROS 2 (bridge, fault relay and controller nodes over DDS, lock-step) instead of in "
+                        "one process")
     p.add_argument("--hash-seed", type=int, default=0,
                    help="PYTHONHASHSEED of the workers (default 0): runs are reproducible for one value; "
                         "others replay them with other round-off (seed000)")

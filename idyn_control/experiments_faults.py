@@ -4,9 +4,18 @@ Each cell stands 1 s, then stands or trots at 0.2 m/s to the end (5 s in all) in
 MuJoCo, with one fault (:class:`~idyn_control.sim.faults.Faults`) active from the start or,
 for the events, at 2.5 s; rigid ground, μ 0.7. Writes Markdown + JSON::
 
-    idyn-control experiments faults [--quick] [--out DIR] [--only 'trot/*/qp_coulomb']
+    idyn-control experiments faults [--quick] [--ros] [--out DIR] [--only 'trot/*/qp_coulomb']
 
 ``--quick``: 3 s cells, events at 2 s.
+
+``--ros``: the same cells over ROS 2 (real DDS), as ``idyn-control demo`` runs them: the
+MuJoCo bridge ``idyn_sim`` lock-step, the gait controller node, and between them the fault
+relay (:mod:`idyn_control.ros.fault_relay`: lost, delayed and wrong inputs, the gap) with
+the push in the bridge and the mass error in the controller's URDF. Writes
+``faults_ros.md`` / ``faults_ros.json`` beside the lock-step table, each cell's logs and
+MCAP under ``ros/<cell>/``; adds the controller's deadline misses and dropped inputs (its
+/diagnostics), the relay's counts, and the commands checked for NaN/inf or over-limit
+values on both sides of the relay.
 """
 
 from __future__ import annotations
@@ -63,22 +72,54 @@ def run_cell(cell: dict[str, Any]) -> dict[str, Any]:
     return {**cell, "metrics": {k: m.get(k) for k in keep}, "wall_time_s": time.perf_counter() - t0}
 
 
-def run(*, quick: bool = False, out: str | Path = DEFAULT_OUT, only: tuple[str, ...] = (), log=print) -> dict:
+#: the ROS cells' extra metrics (the demo's report: controller /diagnostics, relay, commands)
+ROS_KEEP = ("base_xy_drift_m", "deadline_misses", "controller_ticks", "tick_p99_us", "real_time_factor", "commands_checked",
+            "unsafe_commands", "relay", "bridge_push_steps", "bridge_lockstep_timeouts", "failure")
+
+
+def run_cell_ros(cell: dict[str, Any], out: Path, log=print) -> dict[str, Any]:
+    """One cell over ROS 2: ``idyn-control demo`` with the cell's faults (stand 1 s, then
+    trot at 0.2 m/s or keep standing to the end; no crouch, as the lock-step cell)."""
+    from . import demo
+
+    t0 = time.perf_counter()
+    trot = cell["task"] == "trot"
+    opts = demo.DemoOptions(robot="quadruped", formulation=cell["formulation"], duration=cell["duration"] - 1.0,
+                            speed=0.2 if trot else 0.0, stand_time=1.0, stop_time=0.0, crouch=0.0, friction=0.7,
+                            out=str(out / "ros" / cell["id"].replace("/", "_")), faults=dict(cell["faults"]))
+    report = demo.run(opts, log=lambda m: None)
+    m = report["metrics"]
+    keep = ("fell", "fall_time_s", "speed_along_command_m_s", "joint_position_error_rad", "base_height_min_m",
+            "fallback_ticks") + ROS_KEEP
+    metrics = {k: m.get(k) for k in keep}
+    metrics["controller_dropped"] = {k[len("controller_dropped."):]: v for k, v in m.items()
+                                     if k.startswith("controller_dropped.") and v}
+    metrics["watchdog_trips"] = m.get("controller_watchdog_trips")
+    if not trot:
+        metrics["speed_along_command_m_s"] = None
+    return {**cell, "metrics": metrics, "wall_time_s": time.perf_counter() - t0}
+
+
+def run(*, quick: bool = False, out: str | Path = DEFAULT_OUT, only: tuple[str, ...] = (), ros: bool = False,
+        log=print) -> dict:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     results = []
     for cell in cells(quick, only):
-        r = run_cell(cell)
+        r = run_cell_ros(cell, out) if ros else run_cell(cell)
         m = r["metrics"]
+        extra = (f"  misses {m['deadline_misses']}  unsafe {m['unsafe_commands']}/{m['commands_checked']}"
+                 f"  relay held {m['relay'].get('held', '?')}" if ros else "")
         log(f"  {cell['id']:<28} {'FELL at %.2f s' % m['fall_time_s'] if m['fell'] else 'ok':<14} "
             f"speed {_fmt(m['speed_along_command_m_s'], '.3f')}  |q−q_ref| {_fmt(m['joint_position_error_rad'], '.4f')} rad"
-            f"  ({r['wall_time_s']:.0f} s)")
+            f"{extra}  ({r['wall_time_s']:.0f} s)")
         results.append(r)
-    report = {"experiment": "faults", "quick": quick, "robot": "quadruped", "cells": results,
+    report = {"experiment": "faults", "quick": quick, "robot": "quadruped", "ros": ros, "cells": results,
               "faults": {k: v[0] for k, v in FAULTS.items()}}
-    (out / "faults.json").write_text(json.dumps(report, indent=1, ensure_ascii=False, default=float))
-    (out / "faults.md").write_text(format_markdown(report))
-    log(f"wrote {out}/faults.md, faults.json")
+    name = "faults_ros" if ros else "faults"
+    (out / f"{name}.json").write_text(json.dumps(report, indent=1, ensure_ascii=False, default=float))
+    (out / f"{name}.md").write_text(format_markdown(report))
+    log(f"wrote {out}/{name}.md, {name}.json")
     return report
 
 
@@ -88,8 +129,11 @@ def _fmt(x, spec: str) -> str:
 
 def format_markdown(report: dict[str, Any]) -> str:
     by = {(c["task"], c["fault"], c["formulation"]): c for c in report["cells"]}
-    lines = ["# Faults in closed loop (issue 14)", "",
-             f"The project's quadruped (2.9 kg), lock-step MuJoCo, rigid ground μ 0.7; "
+    ros = report.get("ros", False)
+    lines = ["# Faults in closed loop (issue 14)" + (", over ROS 2" if ros else ""), "",
+             "The project's quadruped (2.9 kg), "
+             + ("MuJoCo bridge + fault relay + gait controller node over DDS (lock-step), " if ros else
+                "lock-step MuJoCo, ") + "rigid ground μ 0.7; "
              f"{'3' if report['quick'] else '5'} s per cell (stand 1 s, then stand or trot 0.2 m/s). "
              "Events (gap, push) at " + ("2 s" if report["quick"] else "2.5 s") + ". "
              "Each cell: fell (time) or ok, speed along the command [m/s], E|q − q_ref| [rad].", ""]
@@ -112,6 +156,26 @@ def format_markdown(report: dict[str, Any]) -> str:
               "ticking on the last one it received; after 50 ms without input (the node's watchdog) "
               "the command is the safe output, and fresh input resets controller and gait (the node's "
               "recovery). Contact flips last one tick. The mass error is in the controller's model only.", ""]
+    if ros:
+        lines[-2] = ("Over ROS the relay withholds a lost or gapped state: the controller (which ticks on "
+                     "/joint_states) does not tick and the actuators keep its last command (the relay "
+                     "sends it on so that the lock-step bridge steps; the quadruped's safe output is "
+                     "`hold` too). A gap is paced in wall time and the controller's own watchdog "
+                     "(50 ms, wall clock) trips. The mass error is in the controller's URDF only, the "
+                     "push is a force on the base in the bridge.")
+        lines += ["| cell | fell | speed [m/s] | E\\|q − q_ref\\| [rad] | deadline misses | controller "
+                  "dropped inputs | watchdog trips | relay held / delivered | unsafe / commands |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for c in report["cells"]:
+            m = c["metrics"]
+            relay = m.get("relay") or {}
+            dropped = ", ".join(f"{k} {v}" for k, v in (m.get("controller_dropped") or {}).items()) or "0"
+            lines.append(f"| {c['id']} | {'**%.2f s**' % m['fall_time_s'] if m['fell'] else 'no'} | "
+                         f"{_fmt(m['speed_along_command_m_s'], '.3f')} | {_fmt(m['joint_position_error_rad'], '.4f')} | "
+                         f"{_fmt(m.get('deadline_misses'), 'd')} | {dropped} | {_fmt(m.get('watchdog_trips'), 'd')} | "
+                         f"{relay.get('held', '–')} / {relay.get('delivered', '–')} | "
+                         f"{_fmt(m.get('unsafe_commands'), 'd')} / {_fmt(m.get('commands_checked'), 'd')} |")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -121,5 +185,6 @@ def main(args: argparse.Namespace) -> int:
         print(f"idyn-control experiments: no cell matches {args.only!r}; cells: "
               + ", ".join(c["id"] for c in cells(args.quick)), file=sys.stderr)
         return 2
-    run(quick=args.quick, out=args.out or DEFAULT_OUT, only=only, log=lambda m: print(m, flush=True))
+    run(quick=args.quick, out=args.out or DEFAULT_OUT, only=only, ros=getattr(args, "ros", False),
+        log=lambda m: print(m, flush=True))
     return 0

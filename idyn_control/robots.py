@@ -72,8 +72,9 @@ def share_dir() -> Path:
 @lru_cache(maxsize=None)
 def example_robot_data_dir() -> Path:
     """``.../share/example-robot-data``, looked up in this order: the directory in
-    ``$IDYN_EXAMPLE_ROBOT_DATA``; the ROS package (``ros-<distro>-example-robot-data``,
-    found on ``$AMENT_PREFIX_PATH``, as the ament index does); pip's ``example-robot-data``
+    ``$IDYN_EXAMPLE_ROBOT_DATA``; the package built in a ROS 2 workspace (its repository
+    is a CMake package; no rosdep key or ros-<distro> package exists), found on
+    ``$AMENT_PREFIX_PATH`` as the ament index does; pip's ``example-robot-data``
     (under its ``cmeel.prefix``)."""
     candidates = []
     if os.environ.get("IDYN_EXAMPLE_ROBOT_DATA"):
@@ -85,9 +86,9 @@ def example_robot_data_dir() -> Path:
     for candidate in candidates:
         if (candidate / "robots").is_dir():
             return candidate
-    raise ModelError("example-robot-data not found: on ROS 2, `rosdep install` (or apt install "
-                     "ros-$ROS_DISTRO-example-robot-data); with pip, `pip install example-robot-data`; "
-                     "or set IDYN_EXAMPLE_ROBOT_DATA to its share/example-robot-data directory")
+    raise ModelError("example-robot-data not found: `pip install example-robot-data`, or on ROS 2 build "
+                     "its repository in the workspace (colcon build; it has no rosdep key), or set "
+                     "IDYN_EXAMPLE_ROBOT_DATA to its share/example-robot-data directory")
 
 
 @dataclass(frozen=True)

@@ -197,3 +197,78 @@ def test_fuzzed_inputs_and_parameters_never_kill_or_mislead_the_node():
     finally:
         h.close()
         stop_node(proc)
+
+
+def _bad_values(spec) -> list[tuple[str, ParameterValue]]:
+    """A wrong type, and (numbers) NaN and values past each end of the range, for one
+    parameter; (strings with choices) a value that is none of them."""
+    from idyn_control import config
+
+    numeric = {config.DOUBLE: ParameterType.PARAMETER_DOUBLE, config.INT: ParameterType.PARAMETER_INTEGER}
+    out = [("type", ParameterValue(type=ParameterType.PARAMETER_STRING, string_value="x"))
+           if spec.type != config.STRING else
+           ("type", ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=1.0))]
+    if spec.type == config.DOUBLE:
+        out.append(("nan", ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=math.nan)))
+    if spec.type in numeric and spec.range is not None:
+        lo, hi = spec.range
+        for label, x in (("below", lo - max(1.0, abs(lo))), ("above", hi + max(1.0, abs(hi)))):
+            value = ParameterValue(type=numeric[spec.type])
+            if spec.type == config.DOUBLE:
+                value.double_value = float(x)
+            else:
+                value.integer_value = int(x)
+            out.append((label, value))
+    if spec.type == config.DOUBLE_ARRAY and spec.range is not None:
+        out.append(("element", ParameterValue(type=ParameterType.PARAMETER_DOUBLE_ARRAY,
+                                              double_array_value=[spec.range[1] + max(1.0, abs(spec.range[1]))])))
+    if spec.type == config.STRING and spec.choices:
+        out.append(("choice", ParameterValue(type=ParameterType.PARAMETER_STRING, string_value="not_a_choice")))
+    return out
+
+
+def test_every_writable_parameter_refuses_wrong_types_nan_and_out_of_range_values():
+    """Each run-time parameter of the node and of its formulation's options, as the node
+    declares them (type, range, choices): every bad value refused with a reason, the node
+    alive, its commands finite and within the limits, and standing again afterwards."""
+    import yaml
+
+    from idyn_control import config
+    from test_ros_node import SOLO_YAML
+
+    formulation = yaml.safe_load(SOLO_YAML.read_text())["idyn_controller"]["ros__parameters"]["formulation"]
+    specs = [s for s in (*config.PARAMETERS, *config.option_specs(formulation)) if not s.read_only]
+    assert any(s.name.startswith(config.FORMULATION_OPTIONS) for s in specs)
+    proc = start_node("-p", "monitor_rate_hz:=0.0", name="idyn_params")
+    h = Harness("idyn_params")
+    try:
+        h.spin_until(lambda: len(h.commands) > 200 or proc.poll() is not None, 60.0, "first commands")
+        assert proc.poll() is None, stop_node(proc)
+        t0 = time.monotonic()
+        h.spin_for(0.5)
+        baseline = np.median(h.commands_since(t0 + 0.2), axis=0)
+        client = h.node.create_client(SetParameters, f"/{h.node_name}/set_parameters")
+        h.spin_until(client.service_is_ready, 10.0, "set_parameters")
+        accepted, sent = [], 0
+        for spec in specs:
+            for label, value in _bad_values(spec):
+                future = client.call_async(SetParameters.Request(parameters=[ParameterMsg(name=spec.name,
+                                                                                          value=value)]))
+                h.spin_until(future.done, 10.0, f"set {spec.name} ({label})")
+                result = future.result().results[0]
+                sent += 1
+                if result.successful or not result.reason:
+                    accepted.append((spec.name, label))
+                h.spin_for(0.005)
+        assert proc.poll() is None, f"the node died: {stop_node(proc)[-3000:]}"
+        assert not accepted, accepted
+        assert sent > 2 * len(specs)
+        t_end = time.monotonic()
+        h.spin_for(RECOVERY_S)
+        cmds = h.commands_since(t0)
+        assert np.isfinite(cmds).all() and np.abs(cmds).max() <= EFFORT_LIMIT + 1e-9
+        np.testing.assert_allclose(np.median(h.commands_since(t_end + RECOVERY_S - 0.1), axis=0), baseline,
+                                   atol=BASELINE_ATOL)
+    finally:
+        h.close()
+        stop_node(proc)

@@ -22,6 +22,8 @@ period) and publishes what the controller node reads.
   forces for the ``sensed`` formulation and for scoring predictions); ``/joint_states``
   last (sensor_msgs/JointState with the applied efforts), so a controller that ticks on
   joint states has the rest of the state already.
+- ``push`` (start, duration, fraction of the weight) pushes the base sideways once, as
+  :class:`~idyn_control.sim.faults.Faults` ``push`` does in the lock-step runner.
 - ``~/status`` diagnostic_msgs/DiagnosticArray at 1 Hz: steps, real-time factor, command
   counters (received, rejected, timeouts, lock-step waits).
 
@@ -44,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pinocchio as pin
 import rclpy
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -62,6 +65,7 @@ from std_msgs.msg import Float64MultiArray
 from .. import robots
 from ..errors import IdynError
 from ..gait import crouched_configuration
+from ..sim.faults import GRAVITY, Faults, push_force
 from ..sim.lockstep import CONTACT_THRESHOLD_N
 from ..sim.mujoco_model import build_mujoco
 from . import signals
@@ -113,6 +117,9 @@ PARAMETERS: tuple[BridgeParam, ...] = (
     BridgeParam("odom_frame", "odom", "frame of /odom poses and of the contact wrenches"),
     BridgeParam("base_frame", "", "child_frame_id of /odom; empty = the URDF root link"),
     BridgeParam("publish_wrenches", True, "publish ~/contact_wrench/<frame> every period"),
+    BridgeParam("push", [0.0, 0.0, 0.0], "a horizontal push on the base (sim.faults.Faults.push): start [s, "
+                "simulated], duration [s], force as a fraction of the robot's weight; duration 0: none"),
+    BridgeParam("push_direction", [0.0, 1.0], "world-frame (x, y) direction of the push"),
 )
 
 
@@ -180,7 +187,8 @@ class SimBridgeNode(Node):
         self._cmd_seq = 0                       # good commands received
         self._cmd_event = threading.Event()
         self.counters = {"commands": 0, "rejected_length": 0, "rejected_nonfinite": 0,
-                         "timeouts": 0, "lockstep_timeouts": 0, "lockstep_resends": 0, "steps": 0}
+                         "timeouts": 0, "lockstep_timeouts": 0, "lockstep_resends": 0, "steps": 0,
+                         "push_steps": 0}
         self._timed_out = True
         self._log_times: dict[str, float] = {}
 
@@ -215,6 +223,11 @@ class SimBridgeNode(Node):
         if self.k:
             self.sim.contact_forces_array(self._forces)  # the spawn state's contacts
         self._spawn_contacts = self._resting_feet()
+        push = [float(x) for x in get("push")]
+        self.push = Faults(push=tuple(push) if len(push) != 3 or push[1] > 0.0 else None,
+                           push_direction=tuple(float(x) for x in get("push_direction")))
+        self.push.validate()
+        self.weight = GRAVITY * pin.computeTotalMass(m.pin_model)  # [N]
 
         self.pub_js = self.create_publisher(JointState, "/joint_states", STATE_QOS)
         self.pub_odom = self.create_publisher(Odometry, "/odom", STATE_QOS) if m.floating_base else None
@@ -379,6 +392,10 @@ class SimBridgeNode(Node):
         self._timed_out = not fresh
         forces = self._forces
         forces[:] = 0.0
+        if self.push.push is not None:  # held over the period, as the lock-step runner does
+            force = push_force(self.push, sim.time, self.weight)
+            self.counters["push_steps"] += force is not None
+            sim.push(force)
         for _ in range(self.substeps):
             sim.step(self._tau_applied)
             if self.k:
@@ -476,6 +493,10 @@ def main(args=None) -> None:
     finally:
         if node is not None:
             node.stop()
+            try:  # the final counters for whoever listens (the demo's report)
+                node._publish_status(time.monotonic())
+            except Exception:  # noqa: BLE001 - the context may be gone already
+                pass
             node.destroy_node()
         rclpy.try_shutdown()
 

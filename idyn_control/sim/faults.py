@@ -127,46 +127,67 @@ class FaultInjector:
         self._last_fresh = -math.inf
         self.tripped = False
         self.recovered = False
+        self.fresh = True
         self.counts = {"dropped_states": 0, "delayed_ticks": 0, "flipped_contacts": 0, "gap_ticks": 0,
                        "watchdog_ticks": 0, "watchdog_trips": 0, "push_ticks": 0,
                        "model_mass_error_percent": round(100.0 * f.mass_error, 6)}
 
-    def observe(self, t: float, q: np.ndarray, v: np.ndarray, mask: np.ndarray) -> bool:
-        """Take this tick's measurement; update :attr:`q`, :attr:`v`, :attr:`mask` (what the
-        controller gets). Returns False while the watchdog holds (input too old); after
-        that :attr:`recovered` is True for the first fresh tick."""
+    def decide(self, t: float) -> int | None:
+        """This tick's fate, drawn as :meth:`observe` draws it: the age in ticks of the
+        measurement the controller gets (0: this tick's), or None when it gets nothing (a
+        lost state, the gap). Also draws this tick's contact flips (:attr:`flips`), keeps
+        the watchdog's bookkeeping (:attr:`fresh`, :attr:`recovered`) and the counts. The
+        caller keeps the measurements (arrays here, messages in the ROS fault relay)."""
         f = self.faults
-        depth = len(self._q_hist)
-        self._head = (self._head + 1) % depth
-        self._q_hist[self._head], self._v_hist[self._head], self._mask_hist[self._head] = q, v, mask
+        depth = self.delay_ticks + 1
         self._filled = min(self._filled + 1, depth)
         lag = min(self.delay_ticks, self._filled - 1)
-        slot = (self._head - lag) % depth
         self.counts["delayed_ticks"] += lag > 0
         first = self._last_fresh == -math.inf
         in_gap = f.gap is not None and _within(t, f.gap[0], f.gap[1])
         dropped = f.drop_state > 0.0 and self.rng.random() < f.drop_state
+        given: int | None = lag
         if in_gap and not first:
             self.counts["gap_ticks"] += 1
+            given = None
         elif dropped and not first:
             self.counts["dropped_states"] += 1
+            given = None
         else:
-            self.q[:] = self._q_hist[slot]
-            self.v[:] = self._v_hist[slot]
-            self.mask[:] = self._mask_hist[slot]
             self._last_fresh = t
         self._flips[:] = False
         if f.contact_flip > 0.0 and self.k:
             np.less(self.rng.random(self.k), f.contact_flip, out=self._flips)
             self.counts["flipped_contacts"] += int(self._flips.sum())
-            self.mask ^= self._flips
         fresh = t - self._last_fresh <= f.watchdog_timeout + 1e-12
         if not fresh:
             self.counts["watchdog_ticks"] += 1
             self.counts["watchdog_trips"] += not self.tripped
         self.recovered = fresh and self.tripped
         self.tripped = not fresh
-        return fresh
+        self.fresh = fresh
+        return given
+
+    @property
+    def flips(self) -> np.ndarray:
+        """This tick's contact flips (True: that contact's estimate is the wrong one)."""
+        return self._flips
+
+    def observe(self, t: float, q: np.ndarray, v: np.ndarray, mask: np.ndarray) -> bool:
+        """Take this tick's measurement; update :attr:`q`, :attr:`v`, :attr:`mask` (what the
+        controller gets). Returns False while the watchdog holds (input too old); after
+        that :attr:`recovered` is True for the first fresh tick."""
+        depth = len(self._q_hist)
+        self._head = (self._head + 1) % depth
+        self._q_hist[self._head], self._v_hist[self._head], self._mask_hist[self._head] = q, v, mask
+        lag = self.decide(t)
+        if lag is not None:
+            slot = (self._head - lag) % depth
+            self.q[:] = self._q_hist[slot]
+            self.v[:] = self._v_hist[slot]
+            self.mask[:] = self._mask_hist[slot]
+        self.mask ^= self._flips
+        return self.fresh
 
     def restore_mask(self) -> None:
         """Undo this tick's single-tick contact flips (they must not stick to a held mask)."""
@@ -174,10 +195,37 @@ class FaultInjector:
 
     def push_force(self, t: float, weight: float) -> np.ndarray | None:
         """The world-frame force on the base at ``t`` [N] (None when no push)."""
-        push = self.faults.push
-        if push is None or not _within(t, push[0], push[1]):
-            return None
-        self.counts["push_ticks"] += 1
-        d = np.asarray(self.faults.push_direction, dtype=float)
-        d = d / np.linalg.norm(d)
-        return np.array([d[0], d[1], 0.0]) * push[2] * weight
+        force = push_force(self.faults, t, weight)
+        self.counts["push_ticks"] += force is not None
+        return force
+
+
+def push_force(faults: Faults, t: float, weight: float) -> np.ndarray | None:
+    """The push of ``faults`` at ``t`` [s]: a world-frame force on the base [N] (None when
+    none), ``push[2]`` × ``weight`` [N] along ``push_direction``, from ``push[0]`` for
+    ``push[1]`` seconds (the lock-step runner and the ROS bridge apply it the same way)."""
+    push = faults.push
+    if push is None or not _within(t, push[0], push[1]):
+        return None
+    d = np.asarray(faults.push_direction, dtype=float)
+    d = d / np.linalg.norm(d)
+    return np.array([d[0], d[1], 0.0]) * push[2] * weight
+
+
+def scaled_urdf(xml: str, factor: float) -> str:
+    """A URDF's text with every link's mass and rotational inertia × ``factor`` (centres
+    unchanged): :func:`scale_masses` for a model that is loaded from a file, such as the
+    controller node's ``urdf_path`` (the mass error over ROS)."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.fromstring(xml)
+    for inertial in root.iter("inertial"):
+        mass = inertial.find("mass")
+        if mass is not None:
+            mass.set("value", repr(float(mass.get("value")) * factor))
+        inertia = inertial.find("inertia")
+        if inertia is not None:
+            for key in ("ixx", "ixy", "ixz", "iyy", "iyz", "izz"):
+                if inertia.get(key) is not None:
+                    inertia.set(key, repr(float(inertia.get(key)) * factor))
+    return ET.tostring(root, encoding="unicode")
