@@ -61,8 +61,12 @@ def controller_params(s: ForceTrackingScenario, q_stance: np.ndarray, model, *, 
     for name, field_name in config.CONTROLLER_FIELDS.items():
         value = getattr(cfg, field_name)
         key = name.split(".", 1)[1]
-        gains[key] = [float(value)] if field_name in ("joint_kp", "joint_kd") else \
-            (value if isinstance(value, str) else float(value))
+        if isinstance(value, str):
+            gains[key] = value
+        elif np.ndim(value) or field_name in ("joint_kp", "joint_kd"):  # arrays (per joint, per axis)
+            gains[key] = [float(x) for x in np.atleast_1d(value)]
+        else:
+            gains[key] = float(value)
     joints = list(model.joint_names)
     params = {
         "robot": s.robot,
