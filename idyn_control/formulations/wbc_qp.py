@@ -286,13 +286,14 @@ class WbcQp(Formulation):
             # a released contact (breaking, ContactTransitions) keeps its bounded force but
             # no longer holds its point still
             held = cs.active & ~cs.released
-            self._inactive_rows = np.flatnonzero(np.repeat(~held, 3)) + nb
             self._bodies = cs.held_rows(held)
+            own = held.copy()  # held contacts that keep their three point rows
             for ref, _, _, _ in self._bodies:  # the other points of a body: no rows of their own
-                others = np.flatnonzero(held & (cs.body == cs.body[ref]))[1:]
-                self._inactive_rows = np.union1d(self._inactive_rows, (nb + 3 * others[:, None] + np.arange(3)).ravel())
-            self._held_rows = 3 * int(held.sum()) - sum(3 * (int((held & (cs.body == cs.body[r])).sum()) - 1) - n
-                                                         for r, _, n, _ in self._bodies)
+                own[cs.body == cs.body[ref]] = False
+                own[ref] = True
+            self._inactive_rows = np.flatnonzero(np.repeat(~own, 3)) + nb
+            # rows the held contacts fill: three per point with its own, the angular ones per body
+            self._held_rows = 3 * int(own.sum()) + sum(n for _, _, n, _ in self._bodies)
             self._contact_version = cs.version
         for i in np.flatnonzero(cs.active):  # a making or breaking contact's force bound, per unit mass
             bound, r = cs.max_normal_force[i], PYRAMID_ROWS * i + 4
