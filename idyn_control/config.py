@@ -33,6 +33,7 @@ from .sim.tasks import BalanceConfig
 from .stabilization import STABILIZATIONS, VIIP_OUTPUTS
 from .errors import ConfigError, IdynError
 from .model import ContactSurface, RobotModel
+from .prediction import MAX_HORIZON_S
 
 NODE_NAME = "idyn_controller"
 
@@ -216,7 +217,15 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               read_only=True, choices=TWIST_FRAMES),
     # ---------------------------------------------------------------- safety and monitoring
     ParamSpec("watchdog_timeout", 0.05, DOUBLE,
-              "inputs older than this trip the watchdog → safe output [s]", (1e-3, 10.0)),
+              "inputs older than this trip the watchdog → safe output [s] (after prediction_horizon when "
+              "that is longer)", (1e-3, 10.0)),
+    ParamSpec("prediction_horizon", 0.0, DOUBLE,
+              "input gaps up to this long [s] are bridged on the state the controller predicts itself (the "
+              "last accepted state integrated with its own q̈, the gait's clock running on): when /joint_states "
+              "is late the node ticks on its own at update_rate on that state (predicted_ticks, input_gaps in "
+              "/diagnostics); inputs older than this (and than watchdog_timeout) give the safe output; 0 = no "
+              "prediction (late input: no tick, the effort controller holds the last command)",
+              (0.0, MAX_HORIZON_S)),
     ParamSpec("monitor_rate_hz", 50.0, DOUBLE,
               "rate of ~/state and ~/contact_wrench/<frame> [Hz]; 0 = off", (0.0, 10000.0)),
     ParamSpec("diagnostics_rate_hz", 2.0, DOUBLE, "rate of /diagnostics [Hz]; 0 = off", (0.0, 100.0)),
@@ -721,6 +730,13 @@ def markdown_table() -> str:
                 "own default of an option of any formulation (e.g. `formulation_defaults.pid.ki`), used "
                 "when that formulation runs and `formulation_options.<key>` keeps its default (read-only) |")
     return "\n".join(rows)
+
+
+def robot_parameter(spec: "robots.RobotSpec", name: str) -> Any:
+    """A node parameter as a robot's file sets it, else its default (e.g. the
+    ``prediction_horizon`` the lock-step runner and the demo give the controller)."""
+    params = load_params_file(spec.origin) if spec.origin is not None else {}
+    return params.get(name, SPEC[name].default)
 
 
 def balance_config(settings: Mapping[str, Any]) -> BalanceConfig:

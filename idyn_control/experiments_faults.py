@@ -68,7 +68,7 @@ def run_cell(cell: dict[str, Any]) -> dict[str, Any]:
                        trot_start=1.0 if cell["task"] == "trot" else 1e9, friction=0.7, faults=cell["faults"])
     m = run.metrics
     keep = ("fell", "fall_time_s", "speed_along_command_m_s", "joint_position_error_rad", "base_height_min_m",
-            "fallback_ticks", "faults")
+            "fallback_ticks", "faults", "prediction_error_max")
     return {**cell, "metrics": {k: m.get(k) for k in keep}, "wall_time_s": time.perf_counter() - t0}
 
 
@@ -95,6 +95,8 @@ def run_cell_ros(cell: dict[str, Any], out: Path, log=print) -> dict[str, Any]:
     metrics["controller_dropped"] = {k[len("controller_dropped."):]: v for k, v in m.items()
                                      if k.startswith("controller_dropped.") and v}
     metrics["watchdog_trips"] = m.get("controller_watchdog_trips")
+    for key in ("input_gaps", "predicted_ticks", "prediction_expired"):  # the node's prediction (/diagnostics)
+        metrics[key] = m.get(f"controller_{key}")
     if not trot:
         metrics["speed_along_command_m_s"] = None
     return {**cell, "metrics": metrics, "wall_time_s": time.perf_counter() - t0}

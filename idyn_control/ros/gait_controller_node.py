@@ -160,7 +160,8 @@ class GaitControllerNode(ControllerNode):
         gait = self.gait
         if gait is None:
             return
-        t = self._stamp_in["joint_states"] * 1e-9
+        # the input's stamp; in an input gap, advanced by the prediction's age
+        t = self._stamp_in["joint_states"] * 1e-9 + self._prediction_age_s
         if self._gait_reset:
             gait.reset(t, self._q, self._v)
             self._gait_reset = False
@@ -178,6 +179,12 @@ class GaitControllerNode(ControllerNode):
             elif gait.mode == "trot":
                 gait.stop()
             gait.update(t, self._q, self._v, self._mask)
+
+    def _predicted_contacts(self) -> np.ndarray:
+        """In an input gap the feet are where the gait's schedule puts them."""
+        if self.gait is None:
+            return super()._predicted_contacts()
+        return self.gait.planned_stance
 
     def _drive_balance(self) -> None:
         """The balance task between Python ticks (the compiled loop runs the others)."""
