@@ -357,8 +357,30 @@ OPTION_RANGES: dict[str, tuple[float, float]] = {
 }
 
 
+#: formulation options whose ROS type is not their default's: ``sensed``'s sensor layout
+#: (None = every component measured) is one "<frame>: <components>" entry per measured
+#: contact, e.g. ["FL_FOOT: n", "FR_FOOT: t1 t2 n"]; empty = None
+OPTION_TYPES: dict[str, str] = {"measured_components": STRING_ARRAY}
+
+
+def option_choices(key: str) -> tuple[str, ...] | None:
+    """The valid values of a string formulation option (None: not a string option with choices)."""
+    from . import qp
+    from .formulations.lcp_coulomb import _DIRECTIONS
+    from .formulations.lcp_noslip import CONTACT_TARGETS
+    from .formulations.qp_contact import DISSIPATION
+
+    return {
+        "backend": ("auto", "native", "python"), "solver": qp.solver_names(), "stage1_solver": ("qp", "lemke"),
+        "dissipation": tuple(DISSIPATION), "contact_target": tuple(CONTACT_TARGETS),
+        "friction_cone": tuple(_DIRECTIONS), "spread_friction": ("torque", "load", ""),  # "": off
+    }.get(key)
+
+
 def option_spec(formulation: str, key: str) -> ParamSpec:
-    """The parameter ``formulation_options.<key>`` of a formulation, typed from its default.
+    """The parameter ``formulation_options.<key>`` of a formulation, typed from its default
+    (or :data:`OPTION_TYPES`), with its range (:data:`OPTION_RANGES`) or choices
+    (:func:`option_choices`).
 
     A ``None`` default (e.g. ``pid``'s ``gain``) is a double array whose empty value means None.
     """
@@ -367,7 +389,9 @@ def option_spec(formulation: str, key: str) -> ParamSpec:
         raise ConfigError(FORMULATION_OPTIONS + key, "(set)",
                           f"not an option of {formulation!r}; valid: {sorted(cls.defaults) or 'none'}")
     default = cls.defaults[key]
-    if default is None:
+    if key in OPTION_TYPES:
+        kind, value = OPTION_TYPES[key], []
+    elif default is None:
         kind, value = DOUBLE_ARRAY, []
     elif isinstance(default, (list, tuple)):
         kind = ros_type_of(list(default)) or (STRING_ARRAY if key.endswith(("contacts", "frames")) else DOUBLE_ARRAY)
@@ -378,7 +402,8 @@ def option_spec(formulation: str, key: str) -> ParamSpec:
     return ParamSpec(FORMULATION_OPTIONS + key, value, kind,
                      f"option {key!r} of formulation {formulation!r} (see its defaults)"
                      + ("; the node subscribes per entry: fixed once configured" if structural else ""),
-                     range=OPTION_RANGES.get(key), read_only=structural)
+                     range=OPTION_RANGES.get(key), read_only=structural,
+                     choices=option_choices(key) if kind == STRING else None)
 
 
 def default_spec(formulation: str, key: str) -> ParamSpec:

@@ -51,7 +51,7 @@ def command_topic(name: str) -> str:
     return COMMAND_TOPIC if name == "idyn_controller" else f"/{name}/effort_commands"
 
 
-def start_node(*extra: str, name: str = "idyn_controller") -> subprocess.Popen:
+def start_node(*extra: str, name: str = "idyn_controller", module: str = "controller_node") -> subprocess.Popen:
     """The node in its own process; a node not named idyn_controller gets its own command
     topic, so tests that share the domain do not hear each other's commands."""
     env = dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN_ID), PYTHONUNBUFFERED="1")
@@ -60,7 +60,7 @@ def start_node(*extra: str, name: str = "idyn_controller") -> subprocess.Popen:
         doc = yaml.safe_load(SOLO_YAML.read_text())
         params = Path(tempfile.mkdtemp(prefix="idyn_test_")) / "params.yaml"
         params.write_text(yaml.safe_dump({"/**": doc["idyn_controller"]}))
-    cmd = [sys.executable, "-m", "idyn_control.ros.controller_node", "--ros-args",
+    cmd = [sys.executable, "-m", f"idyn_control.ros.{module}", "--ros-args",
            "--params-file", str(params), "-p", "diagnostics_rate_hz:=10.0", *extra]
     if name != "idyn_controller":
         cmd += ["-r", f"__node:={name}", "-p", f"command_topic:={command_topic(name)}"]

@@ -118,8 +118,9 @@ DROP_REASONS = {
     "contact_states": ("wrong_size", "nonfinite"),
     "joint_reference": ("empty", "unknown_joint", "wrong_size", "nonfinite", "time_not_increasing"),
     "base_reference": ("nonfinite", "implausible", "bad_quaternion"),
-    "desired_wrench": ("nonfinite", "wrong_frame", "torque", "too_large"),
-    "measured_wrench": ("nonfinite", "wrong_frame"),
+    "desired_wrench": ("nonfinite", "implausible", "wrong_frame", "torque", "too_large"),
+    "measured_wrench": ("nonfinite", "implausible", "wrong_frame"),
+    "cmd_vel": ("nonfinite", "implausible"),  # idyn_gait_controller
 }
 STATUSES = ("solved", "max_iter", "infeasible", "failed", "exception")
 

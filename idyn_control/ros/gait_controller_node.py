@@ -57,6 +57,9 @@ from .conversions import cdr_template
 
 #: how often the executor re-evaluates the balance task while the compiled loop ticks [s, wall]
 BALANCE_PERIOD_S = 0.005
+#: a /cmd_vel beyond these is implausible: linear [m/s], yaw rate [rad/s] (finite but no legged
+#: robot's; the gait would ramp its references toward it)
+CMD_VEL_LINEAR_MAX, CMD_VEL_YAW_MAX = 10.0, 20.0
 
 class GaitControllerNode(ControllerNode):
     """The controller node with :class:`Gait` and a /cmd_vel input."""
@@ -135,11 +138,16 @@ class GaitControllerNode(ControllerNode):
         return m.neutral()
 
     def _on_cmd_vel(self, msg: Twist) -> None:
-        if self.balance is not None or self._stand_only:  # the balance task commands the gait, or none
-            return
+        if self.balance is not None or self._stand_only or self.ctrl is None:  # the balance task commands
+            return                                                           # the gait, or none (yet)
         cmd = np.array([msg.linear.x, msg.linear.y, msg.angular.z])
         if not np.isfinite(cmd).all():
-            self._log_throttled("cmd_vel", "ignored /cmd_vel with NaN/inf")
+            self._drop("cmd_vel", "nonfinite", lambda: "NaN/inf velocity")
+            return
+        if max(abs(cmd[0]), abs(cmd[1])) > CMD_VEL_LINEAR_MAX or abs(cmd[2]) > CMD_VEL_YAW_MAX:
+            self._drop("cmd_vel", "implausible", lambda: (
+                f"({cmd[0]:g}, {cmd[1]:g}) m/s, {cmd[2]:g} rad/s beyond {CMD_VEL_LINEAR_MAX:g} m/s, "
+                f"{CMD_VEL_YAW_MAX:g} rad/s"))
             return
         self._cmd_vel[:] = cmd
         self._cmd_vel_time = time.monotonic()
