@@ -371,6 +371,43 @@ def test_malformed_requests_and_absurd_states_neither_kill_nor_mislead_the_node(
     assert (np.abs(after) >= EFFORT_LIMIT - 1e-6).mean() < 0.01
 
 
+def test_an_input_gap_is_bridged_on_the_predicted_state_then_the_watchdog_takes_over(running):
+    """prediction_horizon (issue 14): with /joint_states, odometry and contact estimates
+    silent for 0.1 s the node keeps commanding on its own clock, on the state it predicts
+    (counted: one gap, predicted ticks, no watchdog trip), and then takes the input up again
+    without a reset; silent longer than the horizon, the watchdog's safe output (one expired
+    prediction, one trip). Every command finite and within the limits; standing again after."""
+    h, proc = running
+    assert h.set_parameter("prediction_horizon", 0.2).successful
+    assert not h.set_parameter("prediction_horizon", 5.0).successful  # its range: [0, 1] s
+    try:
+        h.spin_for(0.3)
+        t0 = time.monotonic()
+        baseline = np.median(h.commands_since(t0 - 0.2), axis=0)
+        gaps, predicted, trips = (h.diag(k) for k in ("input_gaps", "predicted_ticks", "watchdog_trips"))
+        h.feeding = False
+        h.spin_for(0.1)
+        t_gap = time.monotonic()
+        h.feeding = True
+        h.spin_until(lambda: h.diag("input_gaps") > gaps, 5.0, "the gap in /diagnostics")
+        assert h.diag("predicted_ticks") > predicted and h.diag("watchdog_trips") == trips, h.diagnostics
+        assert len([t for t, _ in h.commands if t0 + 0.02 < t < t_gap]) >= 10  # it commanded on its own
+        h.feeding = False
+        h.spin_for(0.5)
+        h.feeding = True
+        h.spin_until(lambda: h.diag("prediction_expired") >= 1 and h.diag("watchdog_trips") > trips, 5.0,
+                     "the expired prediction and the trip in /diagnostics")
+        h.spin_until(lambda: h.diagnostics.get("last_source") == "formulation", 10.0, "recovery")
+        t1 = time.monotonic()
+        h.spin_for(0.3)
+        cmds = h.commands_since(t0)
+        assert np.isfinite(cmds).all() and np.abs(cmds).max() <= EFFORT_LIMIT + 1e-9
+        np.testing.assert_allclose(np.median(h.commands_since(t1), axis=0), baseline, atol=0.2)
+        assert proc.poll() is None
+    finally:
+        assert h.set_parameter("prediction_horizon", 0.0).successful
+
+
 def test_bad_inputs_are_dropped_counted_and_never_reach_the_motors(running):
     h, proc = running
     m = h.model

@@ -337,6 +337,7 @@ class ControllerNode(InputsMixin, MonitoringMixin, NativeLoopMixin, LoopMixin, L
         self._predictor = StatePredictor(model, self._node_params["prediction_horizon"])
         self._predicted_ticks = self._input_gaps = self._prediction_expired = 0
         self._prediction_age_s = 0.0
+        self._prediction_from = 0.0  # receive time [s, monotonic] of the input the prediction started from
         self._last_source = "none"
         self._ticks_since_gc = 0
         self._monitor_countdown = 0

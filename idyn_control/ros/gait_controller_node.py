@@ -11,7 +11,9 @@ the base node's, unchanged.
 
 - ``/cmd_vel`` geometry_msgs/Twist (base frame): linear.x, linear.y [m/s], angular.z
   [rad/s]. A non-zero command starts the trot; zero, or no message for
-  ``gait.cmd_vel_timeout`` [s], stops it (the swings finish, then the robot stands).
+  ``gait.cmd_vel_timeout`` [s], stops it (the swings finish, then the robot stands). A
+  NaN/inf command, or one beyond 10 m/s or 20 rad/s, is dropped and counted
+  (``dropped.cmd_vel.nonfinite`` / ``implausible`` in /diagnostics).
 - Gait time is the ``/joint_states`` stamp (simulated time under ``use_sim_time``).
 - The gait runs compiled (:class:`~idyn_control.native.gait.CompiledGait`, the same gait in
   C++) when the formulation does: with ``loop_mode native`` every routine tick of a trotting

@@ -303,7 +303,12 @@ class LoopMixin:
             self._predict_timer.cancel()
             if self._input_age(now) > LATE_PERIODS * self.period_s and self._mode == ACTIVE:
                 self._timer_tick(now, lambda: True)  # past the horizon: the safe output now
+            else:  # input again (native mode: the compiled loop ticks it, no Python tick ends the gap)
+                self._predictor.stop()
+                self._prediction_age_s = 0.0
             return
+        if self._predictor.active and self._input_age(now) - self._predictor.age_s < 0.5 * self.period_s:
+            return  # the input's clock (simulated: maybe slower than the wall) has not moved a period on
         self._timer_tick(now, lambda: self._predicting(time.monotonic()))
 
     def _timer_tick(self, now: float, still_due) -> None:
@@ -455,15 +460,17 @@ class LoopMixin:
         accepted state integrated with the q̈ of each solve since, :class:`StatePredictor`),
         advanced to the input's age; contacts as :meth:`_predicted_contacts` says."""
         pred = self._predictor
-        if not pred.active:
+        if not pred.active or self._t_in["joint_states"] != self._prediction_from:  # a new gap
             pred.start(self._q, self._v)
+            self._prediction_from = self._t_in["joint_states"]
             self._input_gaps += 1
             self._log_throttled("prediction", f"no /joint_states for {age * 1e3:.1f} ms: controlling on the "
                                 f"predicted state (prediction_horizon "
                                 f"{self._node_params['prediction_horizon'] * 1e3:g} ms)")
         qdd = self.ctrl.formulation.qdd
-        steps = max(1, int(round((age - pred.age_s) / self.period_s)))
-        for _ in range(steps):  # one period per tick; more after a late timer
+        # the prediction keeps the input's clock: a period per period of age (several after a
+        # late timer, none when the clock, simulated, has not moved on)
+        for _ in range(int(round((age - pred.age_s) / self.period_s))):
             if pred.step(qdd, self.period_s) is None:
                 break
         self._q[:] = pred.q
