@@ -167,7 +167,8 @@ def format_markdown(report: dict[str, Any]) -> str:
                      "the controller ticks on its own on the state it predicts (prediction_horizon 0.25 s; "
                      "predicted ticks and gaps in its /diagnostics), and the relay sends its latest command "
                      "on. A gap is paced in wall time; the controller's watchdog is the demo's 2 s (wall-clock "
-                     "stalls of the lock-step loop on a loaded machine are no gap). The mass error is in the controller's URDF only, the "
+                     "stalls of the lock-step loop on a loaded machine are no gap). The mass error is in "
+                     "the controller's URDF only, the "
                      "push is a force on the base in the bridge.")
         lines += ["| cell | fell | speed [m/s] | E\\|q − q_ref\\| [rad] | deadline misses | controller "
                   "dropped inputs | watchdog trips | predicted ticks / gaps | relay held / delivered | "

@@ -164,7 +164,8 @@ class ControllerNode(InputsMixin, MonitoringMixin, NativeLoopMixin, LoopMixin, L
         self._lock = threading.Lock()
         self._node_params: dict[str, float] = {
             n: parameters.value(self, config.SPEC[n])
-            for n in ("watchdog_timeout", "prediction_horizon", "monitor_rate_hz", "diagnostics_rate_hz", "contacts.threshold",
+            for n in ("watchdog_timeout", "prediction_horizon", "monitor_rate_hz", "diagnostics_rate_hz",
+                      "contacts.threshold",
                       "contacts.desired_wrench_timeout", "contacts.max_desired_force")}
         self.ctrl: Controller | None = None
         self._mode = OFF

@@ -292,7 +292,8 @@ class LoopMixin:
             return
         last = self._last_scheduled if self._rt is None else max(self._last_scheduled, self._rt.last_tick())
         if now - last > self._node_params["watchdog_timeout"]:
-            self._timer_tick(now, lambda: time.monotonic() - self._last_scheduled > self._node_params["watchdog_timeout"])
+            timeout = self._node_params["watchdog_timeout"]
+            self._timer_tick(now, lambda: time.monotonic() - self._last_scheduled > timeout)
 
     def _on_predict_timer(self) -> None:
         """During an input gap: one tick per period on the predicted state; the gap's end

@@ -283,8 +283,9 @@ class LockstepRunner:
                         predictor.start(q, v)
                     q, v = predictor.step(ctrl.formulation.qdd, s.dt)
                     # how far the prediction is from the robot (q_meas: this tick's truth)
+                    joints = robot.joint_q_index
                     pred_err[0] = max(pred_err[0], float(np.abs(q[:3] - q_meas[:3]).max()) if self.legged else 0.0)
-                    pred_err[1] = max(pred_err[1], float(np.abs(q[robot.joint_q_index] - q_meas[robot.joint_q_index]).max()))
+                    pred_err[1] = max(pred_err[1], float(np.abs(q[joints] - q_meas[joints]).max()))
                     # contacts as planned: the gait's schedule, else the last estimate
                     mask = gait.planned_stance.copy() if gait is not None else mask
                 else:
