@@ -33,6 +33,7 @@ from .sim.tasks import BalanceConfig
 from .stabilization import STABILIZATIONS, VIIP_OUTPUTS
 from .errors import ConfigError, IdynError
 from .model import ContactSurface, RobotModel
+from .prediction import MAX_HORIZON_S
 
 NODE_NAME = "idyn_controller"
 
@@ -216,7 +217,15 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               read_only=True, choices=TWIST_FRAMES),
     # ---------------------------------------------------------------- safety and monitoring
     ParamSpec("watchdog_timeout", 0.05, DOUBLE,
-              "inputs older than this trip the watchdog → safe output [s]", (1e-3, 10.0)),
+              "inputs older than this trip the watchdog → safe output [s] (after prediction_horizon when "
+              "that is longer)", (1e-3, 10.0)),
+    ParamSpec("prediction_horizon", 0.0, DOUBLE,
+              "input gaps up to this long [s] are bridged on the state the controller predicts itself (the "
+              "last accepted state integrated with its own q̈, the gait's clock running on): when /joint_states "
+              "is late the node ticks on its own at update_rate on that state (predicted_ticks, input_gaps in "
+              "/diagnostics); inputs older than this (and than watchdog_timeout) give the safe output; 0 = no "
+              "prediction (late input: no tick, the effort controller holds the last command)",
+              (0.0, MAX_HORIZON_S)),
     ParamSpec("monitor_rate_hz", 50.0, DOUBLE,
               "rate of ~/state and ~/contact_wrench/<frame> [Hz]; 0 = off", (0.0, 10000.0)),
     ParamSpec("diagnostics_rate_hz", 2.0, DOUBLE, "rate of /diagnostics [Hz]; 0 = off", (0.0, 100.0)),
@@ -348,8 +357,30 @@ OPTION_RANGES: dict[str, tuple[float, float]] = {
 }
 
 
+#: formulation options whose ROS type is not their default's: ``sensed``'s sensor layout
+#: (None = every component measured) is one "<frame>: <components>" entry per measured
+#: contact, e.g. ["FL_FOOT: n", "FR_FOOT: t1 t2 n"]; empty = None
+OPTION_TYPES: dict[str, str] = {"measured_components": STRING_ARRAY}
+
+
+def option_choices(key: str) -> tuple[str, ...] | None:
+    """The valid values of a string formulation option (None: not a string option with choices)."""
+    from . import qp
+    from .formulations.lcp_coulomb import _DIRECTIONS
+    from .formulations.lcp_noslip import CONTACT_TARGETS
+    from .formulations.qp_contact import DISSIPATION
+
+    return {
+        "backend": ("auto", "native", "python"), "solver": qp.solver_names(), "stage1_solver": ("qp", "lemke"),
+        "dissipation": tuple(DISSIPATION), "contact_target": tuple(CONTACT_TARGETS),
+        "friction_cone": tuple(_DIRECTIONS), "spread_friction": ("torque", "load", ""),  # "": off
+    }.get(key)
+
+
 def option_spec(formulation: str, key: str) -> ParamSpec:
-    """The parameter ``formulation_options.<key>`` of a formulation, typed from its default.
+    """The parameter ``formulation_options.<key>`` of a formulation, typed from its default
+    (or :data:`OPTION_TYPES`), with its range (:data:`OPTION_RANGES`) or choices
+    (:func:`option_choices`).
 
     A ``None`` default (e.g. ``pid``'s ``gain``) is a double array whose empty value means None.
     """
@@ -358,7 +389,9 @@ def option_spec(formulation: str, key: str) -> ParamSpec:
         raise ConfigError(FORMULATION_OPTIONS + key, "(set)",
                           f"not an option of {formulation!r}; valid: {sorted(cls.defaults) or 'none'}")
     default = cls.defaults[key]
-    if default is None:
+    if key in OPTION_TYPES:
+        kind, value = OPTION_TYPES[key], []
+    elif default is None:
         kind, value = DOUBLE_ARRAY, []
     elif isinstance(default, (list, tuple)):
         kind = ros_type_of(list(default)) or (STRING_ARRAY if key.endswith(("contacts", "frames")) else DOUBLE_ARRAY)
@@ -369,7 +402,8 @@ def option_spec(formulation: str, key: str) -> ParamSpec:
     return ParamSpec(FORMULATION_OPTIONS + key, value, kind,
                      f"option {key!r} of formulation {formulation!r} (see its defaults)"
                      + ("; the node subscribes per entry: fixed once configured" if structural else ""),
-                     range=OPTION_RANGES.get(key), read_only=structural)
+                     range=OPTION_RANGES.get(key), read_only=structural,
+                     choices=option_choices(key) if kind == STRING else None)
 
 
 def default_spec(formulation: str, key: str) -> ParamSpec:
@@ -721,6 +755,13 @@ def markdown_table() -> str:
                 "own default of an option of any formulation (e.g. `formulation_defaults.pid.ki`), used "
                 "when that formulation runs and `formulation_options.<key>` keeps its default (read-only) |")
     return "\n".join(rows)
+
+
+def robot_parameter(spec: "robots.RobotSpec", name: str) -> Any:
+    """A node parameter as a robot's file sets it, else its default (e.g. the
+    ``prediction_horizon`` the lock-step runner and the demo give the controller)."""
+    params = load_params_file(spec.origin) if spec.origin is not None else {}
+    return params.get(name, SPEC[name].default)
 
 
 def balance_config(settings: Mapping[str, Any]) -> BalanceConfig:

@@ -37,7 +37,7 @@ FAULTS: dict[str, tuple[str, dict[str, Any]]] = {
     "drop20": ("20 % of joint states lost", {"drop_state": 0.2}),
     "delay5ms": ("5 ms input delay", {"delay": 0.005}),
     "flip10": ("10 % of contact estimates wrong for single ticks", {"contact_flip": 0.1}),
-    "gap200ms": ("200 ms without any input (watchdog: safe output)", {"gap": ("EVENT", 0.2)}),
+    "gap200ms": ("200 ms without any input (bridged on the predicted state)", {"gap": ("EVENT", 0.2)}),
     "mass+10": ("model masses +10 %", {"mass_error": 0.1}),
     "mass-10": ("model masses −10 %", {"mass_error": -0.1}),
     "push30": ("lateral push, 30 % of body weight for 0.1 s", {"push": ("EVENT", 0.1, 0.3)}),
@@ -68,7 +68,7 @@ def run_cell(cell: dict[str, Any]) -> dict[str, Any]:
                        trot_start=1.0 if cell["task"] == "trot" else 1e9, friction=0.7, faults=cell["faults"])
     m = run.metrics
     keep = ("fell", "fall_time_s", "speed_along_command_m_s", "joint_position_error_rad", "base_height_min_m",
-            "fallback_ticks", "faults")
+            "fallback_ticks", "faults", "prediction_error_max")
     return {**cell, "metrics": {k: m.get(k) for k in keep}, "wall_time_s": time.perf_counter() - t0}
 
 
@@ -95,6 +95,8 @@ def run_cell_ros(cell: dict[str, Any], out: Path, log=print) -> dict[str, Any]:
     metrics["controller_dropped"] = {k[len("controller_dropped."):]: v for k, v in m.items()
                                      if k.startswith("controller_dropped.") and v}
     metrics["watchdog_trips"] = m.get("controller_watchdog_trips")
+    for key in ("input_gaps", "predicted_ticks", "prediction_expired"):  # the node's prediction (/diagnostics)
+        metrics[key] = m.get(f"controller_{key}")
     if not trot:
         metrics["speed_along_command_m_s"] = None
     return {**cell, "metrics": metrics, "wall_time_s": time.perf_counter() - t0}
@@ -152,20 +154,26 @@ def format_markdown(report: dict[str, Any]) -> str:
                 speed = f", {m['speed_along_command_m_s']:.3f}" if task == "trot" and not m["fell"] else ""
                 row.append(f"{verdict}{speed}, {_fmt(m['joint_position_error_rad'], '.3f')}")
         lines.append("| " + " | ".join(row) + " |")
-    lines += ["", "Faults as the controller meets them: a lost or delayed state leaves the controller "
-              "ticking on the last one it received; after 50 ms without input (the node's watchdog) "
-              "the command is the safe output, and fresh input resets controller and gait (the node's "
+    lines += ["", "Faults as the controller meets them: a delayed state leaves the controller ticking on "
+              "the last one it received; a lost state or the gap, on the state it predicts (the last one "
+              "it received integrated with its own q̈: the quadruped file's prediction_horizon 0.25 s, as "
+              "the node); without input for longer than that (and than the node's 50 ms watchdog) the "
+              "command is the safe output, and fresh input resets controller and gait (the node's "
               "recovery). Contact flips last one tick. The mass error is in the controller's model only.", ""]
     if ros:
         lines[-2] = ("Over ROS the relay withholds a lost or gapped state: the controller (which ticks on "
                      "/joint_states) does not tick and the actuators keep its last command (the relay "
-                     "sends it on so that the lock-step bridge steps; the quadruped's safe output is "
-                     "`hold` too). A gap is paced in wall time and the controller's own watchdog "
-                     "(50 ms, wall clock) trips. The mass error is in the controller's URDF only, the "
+                     "sends it on so that the lock-step bridge steps). Once its input is 1.5 periods late "
+                     "the controller ticks on its own on the state it predicts (prediction_horizon 0.25 s; "
+                     "predicted ticks and gaps in its /diagnostics), and the relay sends its latest command "
+                     "on. A gap is paced in wall time; the controller's watchdog is the demo's 2 s (wall-clock "
+                     "stalls of the lock-step loop on a loaded machine are no gap). The mass error is in "
+                     "the controller's URDF only, the "
                      "push is a force on the base in the bridge.")
         lines += ["| cell | fell | speed [m/s] | E\\|q − q_ref\\| [rad] | deadline misses | controller "
-                  "dropped inputs | watchdog trips | relay held / delivered | unsafe / commands |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "dropped inputs | watchdog trips | predicted ticks / gaps | relay held / delivered | "
+                  "unsafe / commands |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for c in report["cells"]:
             m = c["metrics"]
             relay = m.get("relay") or {}
@@ -173,6 +181,7 @@ def format_markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {c['id']} | {'**%.2f s**' % m['fall_time_s'] if m['fell'] else 'no'} | "
                          f"{_fmt(m['speed_along_command_m_s'], '.3f')} | {_fmt(m['joint_position_error_rad'], '.4f')} | "
                          f"{_fmt(m.get('deadline_misses'), 'd')} | {dropped} | {_fmt(m.get('watchdog_trips'), 'd')} | "
+                         f"{_fmt(m.get('predicted_ticks'), 'd')} / {_fmt(m.get('input_gaps'), 'd')} | "
                          f"{relay.get('held', '–')} / {relay.get('delivered', '–')} | "
                          f"{_fmt(m.get('unsafe_commands'), 'd')} / {_fmt(m.get('commands_checked'), 'd')} |")
         lines.append("")

@@ -177,3 +177,31 @@ def test_per_joint_gains_follow_the_joints_parameter_order():
     for i, name in enumerate(joints):
         assert kp[model.joint_index(name)] == float(i)
     assert (config.per_joint([5.0], joints, model, "x") == 5.0).all()
+
+
+def test_every_formulation_option_is_declared_with_a_type_and_a_range_or_choices():
+    """Issue 14: an invalid run-time value of any option is refused by its declaration
+    (numbers: a range; strings: their choices) or, for the frame lists, by the formulation
+    that the node builds before accepting it; sensed's sensor layout is a string array of
+    "<frame>: <components>" entries."""
+    from idyn_control import formulations, robots
+
+    model = robots.load("solo12")
+    for name in formulations.names():
+        for key in formulations.get(name).defaults:
+            spec = config.option_spec(name, key)
+            assert config.check_value(spec, spec.default) is None, (name, key)
+            if spec.type in (config.DOUBLE, config.INT, config.DOUBLE_ARRAY, config.INT_ARRAY):
+                assert spec.range is not None, (name, key)
+            elif spec.type == config.STRING:
+                assert spec.choices and config.check_value(spec, "not_a_choice"), (name, key)
+            elif spec.type == config.STRING_ARRAY:
+                with pytest.raises(config.IdynError):
+                    formulations.make(name, model, **{key: config.option_value(
+                        formulations.get(name).defaults[key], ["NOT_A_FRAME: n"])})
+    layout = config.option_spec("sensed", "measured_components")
+    assert layout.type == config.STRING_ARRAY and config.check_value(layout, [1.0])
+    f = formulations.make("sensed", model, slippery_ground=True, measured_components=config.option_value(
+        None, [f"{frame}: n" for frame in model.contact_frames]))
+    assert f.measured[:, 2].all() and not f.measured[:, :2].any()
+    assert formulations.make("sensed", model, measured_components=config.option_value(None, [])).full_sensing

@@ -272,3 +272,81 @@ def test_every_writable_parameter_refuses_wrong_types_nan_and_out_of_range_value
     finally:
         h.close()
         stop_node(proc)
+
+
+#: the inputs only some configurations subscribe: (node module, its extra parameters, the
+#: topic's message and suffix under the node's name (None: absolute), the drops it must count)
+WRENCH_AND_CMD_VEL = {
+    "cmd_vel": ("gait_controller_node", (), "/cmd_vel", ("dropped.cmd_vel.nonfinite", "dropped.cmd_vel.implausible")),
+    "measured_wrench": ("controller_node", ("-p", "formulation:=sensed"), "measured_wrench/FL_FOOT",
+                        ("dropped.measured_wrench.nonfinite", "dropped.measured_wrench.implausible",
+                         "dropped.measured_wrench.wrong_frame")),
+    "desired_wrench": ("controller_node", ("-p", "formulation:=pidc_qp", "-p",
+                                           "formulation_options.force_contacts:=[FL_FOOT]"),
+                       "desired_wrench/FL_FOOT",
+                       ("dropped.desired_wrench.nonfinite", "dropped.desired_wrench.implausible",
+                        "dropped.desired_wrench.wrong_frame", "dropped.desired_wrench.torque")),
+}
+
+
+@pytest.mark.parametrize("topic", list(WRENCH_AND_CMD_VEL))
+def test_fuzzed_wrenches_and_cmd_vel_are_dropped_counted_and_never_reach_the_motors(topic):
+    """Issue 14: the inputs the default node does not subscribe, each on a node that does:
+    /cmd_vel (the gait node), the measured wrenches (``sensed``) and the desired wrench of a
+    force contact (``pidc_qp``). NaN/inf, absurd but finite values (1e300 N, 1e300 m/s),
+    wrong frames and torques on a point contact: dropped and counted, no callback raised,
+    every command finite and within the limits, the standing command again after each episode."""
+    from geometry_msgs.msg import Twist, WrenchStamped
+
+    module, extra, suffix, drops = WRENCH_AND_CMD_VEL[topic]
+    name = f"idyn_fuzz_{topic}"
+    proc = start_node("-p", "monitor_rate_hz:=0.0", *extra, name=name, module=module)
+    h = Harness(name)
+    rng = random.Random(20261125)
+    try:
+        h.spin_until(lambda: len(h.commands) > 200 or proc.poll() is not None, 60.0, "first commands")
+        assert proc.poll() is None, stop_node(proc)
+        msg_type = Twist if topic == "cmd_vel" else WrenchStamped
+        pub = h.node.create_publisher(msg_type, suffix if suffix.startswith("/") else f"/{name}/{suffix}", 10)
+        t0 = time.monotonic()
+        h.spin_for(0.5)
+        baseline = np.median(h.commands_since(t0 + 0.2), axis=0)
+        sent, late = 0, []
+        for episode in range(20):
+            for _ in range(PER_EPISODE):
+                if topic == "cmd_vel":
+                    msg = Twist()
+                    setattr(msg.linear if rng.random() < 0.6 else msg.angular, rng.choice("xyz"),
+                            rng.choice(BAD + (50.0, -1e6)))
+                else:
+                    msg = WrenchStamped()
+                    msg.header.frame_id = rng.choice(("FL_FOOT", "odom", "not_a_frame"))
+                    case = rng.randrange(3)
+                    if msg.header.frame_id == "not_a_frame":
+                        msg.wrench.force.z = 10.0  # a plausible force in a frame that is no contact's
+                    elif case == 0:
+                        setattr(msg.wrench.force, rng.choice("xyz"), rng.choice(BAD + (2e6,)))
+                    elif case == 1 and topic == "desired_wrench":
+                        setattr(msg.wrench.torque, rng.choice("xyz"), rng.choice((1.0, math.nan, -1e300)))
+                    else:
+                        msg.wrench.force.z = rng.choice((math.inf, 1e300, -1e300))
+                pub.publish(msg)
+                sent += 1
+                h.spin_for(0.001)
+            t_end = time.monotonic()
+            h.spin_for(RECOVERY_S)
+            window = h.commands_since(t_end + RECOVERY_S - 0.05)
+            if len(window) == 0 or np.abs(np.median(window, axis=0) - baseline).max() > BASELINE_ATOL:
+                late.append(episode)
+            assert proc.poll() is None, f"the node died in episode {episode}: {stop_node(proc)}"
+        cmds = h.commands_since(t0)
+        assert sent >= 1000
+        assert np.isfinite(cmds).all() and np.abs(cmds).max() <= EFFORT_LIMIT + 1e-9
+        assert not late, f"not back to the standing command {RECOVERY_S} s after episodes {late}"
+        h.spin_for(0.3)  # /diagnostics at 10 Hz
+        assert h.diag("callback_exceptions") == 0, h.diagnostics
+        for key in drops:
+            assert h.diag(key) >= 1, (key, h.diagnostics)
+    finally:
+        h.close()
+        stop_node(proc)

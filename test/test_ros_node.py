@@ -51,7 +51,7 @@ def command_topic(name: str) -> str:
     return COMMAND_TOPIC if name == "idyn_controller" else f"/{name}/effort_commands"
 
 
-def start_node(*extra: str, name: str = "idyn_controller") -> subprocess.Popen:
+def start_node(*extra: str, name: str = "idyn_controller", module: str = "controller_node") -> subprocess.Popen:
     """The node in its own process; a node not named idyn_controller gets its own command
     topic, so tests that share the domain do not hear each other's commands."""
     env = dict(os.environ, ROS_DOMAIN_ID=str(DOMAIN_ID), PYTHONUNBUFFERED="1")
@@ -60,7 +60,7 @@ def start_node(*extra: str, name: str = "idyn_controller") -> subprocess.Popen:
         doc = yaml.safe_load(SOLO_YAML.read_text())
         params = Path(tempfile.mkdtemp(prefix="idyn_test_")) / "params.yaml"
         params.write_text(yaml.safe_dump({"/**": doc["idyn_controller"]}))
-    cmd = [sys.executable, "-m", "idyn_control.ros.controller_node", "--ros-args",
+    cmd = [sys.executable, "-m", f"idyn_control.ros.{module}", "--ros-args",
            "--params-file", str(params), "-p", "diagnostics_rate_hz:=10.0", *extra]
     if name != "idyn_controller":
         cmd += ["-r", f"__node:={name}", "-p", f"command_topic:={command_topic(name)}"]
@@ -369,6 +369,43 @@ def test_malformed_requests_and_absurd_states_neither_kill_nor_mislead_the_node(
     # the standing command again (a hold posture taken from 1e300 would saturate every tick)
     np.testing.assert_allclose(np.median(after, axis=0), baseline, atol=0.15)
     assert (np.abs(after) >= EFFORT_LIMIT - 1e-6).mean() < 0.01
+
+
+def test_an_input_gap_is_bridged_on_the_predicted_state_then_the_watchdog_takes_over(running):
+    """prediction_horizon (issue 14): with /joint_states, odometry and contact estimates
+    silent for 0.1 s the node keeps commanding on its own clock, on the state it predicts
+    (counted: one gap, predicted ticks, no watchdog trip), and then takes the input up again
+    without a reset; silent longer than the horizon, the watchdog's safe output (one expired
+    prediction, one trip). Every command finite and within the limits; standing again after."""
+    h, proc = running
+    assert h.set_parameter("prediction_horizon", 0.2).successful
+    assert not h.set_parameter("prediction_horizon", 5.0).successful  # its range: [0, 1] s
+    try:
+        h.spin_for(0.3)
+        t0 = time.monotonic()
+        baseline = np.median(h.commands_since(t0 - 0.2), axis=0)
+        gaps, predicted, trips = (h.diag(k) for k in ("input_gaps", "predicted_ticks", "watchdog_trips"))
+        h.feeding = False
+        h.spin_for(0.1)
+        t_gap = time.monotonic()
+        h.feeding = True
+        h.spin_until(lambda: h.diag("input_gaps") > gaps, 5.0, "the gap in /diagnostics")
+        assert h.diag("predicted_ticks") > predicted and h.diag("watchdog_trips") == trips, h.diagnostics
+        assert len([t for t, _ in h.commands if t0 + 0.02 < t < t_gap]) >= 10  # it commanded on its own
+        h.feeding = False
+        h.spin_for(0.5)
+        h.feeding = True
+        h.spin_until(lambda: h.diag("prediction_expired") >= 1 and h.diag("watchdog_trips") > trips, 5.0,
+                     "the expired prediction and the trip in /diagnostics")
+        h.spin_until(lambda: h.diagnostics.get("last_source") == "formulation", 10.0, "recovery")
+        t1 = time.monotonic()
+        h.spin_for(0.3)
+        cmds = h.commands_since(t0)
+        assert np.isfinite(cmds).all() and np.abs(cmds).max() <= EFFORT_LIMIT + 1e-9
+        np.testing.assert_allclose(np.median(h.commands_since(t1), axis=0), baseline, atol=0.2)
+        assert proc.poll() is None
+    finally:
+        assert h.set_parameter("prediction_horizon", 0.0).successful
 
 
 def test_bad_inputs_are_dropped_counted_and_never_reach_the_motors(running):

@@ -94,7 +94,8 @@ class Sensed(Formulation):
     name = "sensed"
     defaults = {
         "delay_ticks": 1,              # 1: ID(t_{i−1}), 2: ID(t_{i−2})
-        "measured_components": None,   # None: all; or {frame: "n" | "t1 t2 n" | ("t1", ...) | ""}
+        # None: all; or {frame: "n" | "t1 t2 n" | ("t1", ...) | ""}, or ["frame: n", ...] (a ROS parameter)
+        "measured_components": None,
         "slippery_ground": False,      # unmeasured tangential components are zero
     }
 
@@ -141,10 +142,16 @@ class Sensed(Formulation):
         spec = self.options["measured_components"]
         self.full_sensing = spec is None
         self.measured = np.ones((k, 3), dtype=bool)
+        if spec is not None and not isinstance(spec, Mapping) and isinstance(spec, (list, tuple)) \
+                and all(isinstance(e, str) for e in spec):
+            entries = [e.partition(":") for e in spec]  # the ROS parameter: "frame: components" each
+            if any(not sep or not frame.strip() for frame, sep, _ in entries):
+                raise ConfigError("measured_components", list(spec), "entries must read '<frame>: <components>'")
+            spec = {frame.strip(): comps for frame, _, comps in entries}
         if spec is not None:
             if not isinstance(spec, Mapping):
                 raise ConfigError("measured_components", spec,
-                                  "must be None or a mapping frame → components")
+                                  "must be None, a mapping frame → components or '<frame>: <components>' entries")
             self.contacts.check_frames(tuple(spec))
             self.measured[:] = False
             for frame, comps in spec.items():

@@ -94,6 +94,7 @@ from trajectory_msgs.msg import JointTrajectory
 from .. import config, formulations
 from ..controller import Controller, ControllerConfig
 from ..errors import ConfigError, IdynError
+from ..prediction import StatePredictor
 from . import parameters, signals
 from .conversions import JointStateReader, JointTrajectoryReference, OdometryReader
 from .loop_stats import LoopStats
@@ -117,8 +118,9 @@ DROP_REASONS = {
     "contact_states": ("wrong_size", "nonfinite"),
     "joint_reference": ("empty", "unknown_joint", "wrong_size", "nonfinite", "time_not_increasing"),
     "base_reference": ("nonfinite", "implausible", "bad_quaternion"),
-    "desired_wrench": ("nonfinite", "wrong_frame", "torque", "too_large"),
-    "measured_wrench": ("nonfinite", "wrong_frame"),
+    "desired_wrench": ("nonfinite", "implausible", "wrong_frame", "torque", "too_large"),
+    "measured_wrench": ("nonfinite", "implausible", "wrong_frame"),
+    "cmd_vel": ("nonfinite", "implausible"),  # idyn_gait_controller
 }
 STATUSES = ("solved", "max_iter", "infeasible", "failed", "exception")
 
@@ -162,12 +164,14 @@ class ControllerNode(InputsMixin, MonitoringMixin, NativeLoopMixin, LoopMixin, L
         self._lock = threading.Lock()
         self._node_params: dict[str, float] = {
             n: parameters.value(self, config.SPEC[n])
-            for n in ("watchdog_timeout", "monitor_rate_hz", "diagnostics_rate_hz", "contacts.threshold",
+            for n in ("watchdog_timeout", "prediction_horizon", "monitor_rate_hz", "diagnostics_rate_hz",
+                      "contacts.threshold",
                       "contacts.desired_wrench_timeout", "contacts.max_desired_force")}
         self.ctrl: Controller | None = None
         self._mode = OFF
         self._loop_running = False
         self._watchdog_timer = None
+        self._predict_timer = None
         self._rt = None        # native.rt.RtLoop while loop_mode native runs
         self._rt_sub = None    # its /joint_states subscription (not the executor's)
         self._rt_odom_sub = self._rt_contacts_sub = None  # and its odometry and contact estimates
@@ -328,6 +332,13 @@ class ControllerNode(InputsMixin, MonitoringMixin, NativeLoopMixin, LoopMixin, L
         self._saturated_joints = 0
         self._watchdog_trips = 0
         self._watchdog_tripped = False
+        # input gaps bridged on the predicted state (prediction_horizon): the predictor, its
+        # ticks, the gaps begun, those that outlasted the horizon (then the watchdog's safe
+        # output), and the current prediction's age [s] (0: none; the gait's clock runs on it)
+        self._predictor = StatePredictor(model, self._node_params["prediction_horizon"])
+        self._predicted_ticks = self._input_gaps = self._prediction_expired = 0
+        self._prediction_age_s = 0.0
+        self._prediction_from = 0.0  # receive time [s, monotonic] of the input the prediction started from
         self._last_source = "none"
         self._ticks_since_gc = 0
         self._monitor_countdown = 0
@@ -508,6 +519,8 @@ class ControllerNode(InputsMixin, MonitoringMixin, NativeLoopMixin, LoopMixin, L
                     self._pending_formulation = new_formulation
             self._rt_interrupt()
         self._node_params.update(node_values)
+        if "prediction_horizon" in node_values and self.ctrl is not None:
+            self._predictor.set_horizon(node_values["prediction_horizon"])
         if node_values and self._rt is not None:
             self._rt.set_params(self._node_params["watchdog_timeout"], self._node_params["contacts.threshold"])
         if "contacts.desired_wrench_timeout" in node_values:

@@ -11,7 +11,9 @@ the base node's, unchanged.
 
 - ``/cmd_vel`` geometry_msgs/Twist (base frame): linear.x, linear.y [m/s], angular.z
   [rad/s]. A non-zero command starts the trot; zero, or no message for
-  ``gait.cmd_vel_timeout`` [s], stops it (the swings finish, then the robot stands).
+  ``gait.cmd_vel_timeout`` [s], stops it (the swings finish, then the robot stands). A
+  NaN/inf command, or one beyond 10 m/s or 20 rad/s, is dropped and counted
+  (``dropped.cmd_vel.nonfinite`` / ``implausible`` in /diagnostics).
 - Gait time is the ``/joint_states`` stamp (simulated time under ``use_sim_time``).
 - The gait runs compiled (:class:`~idyn_control.native.gait.CompiledGait`, the same gait in
   C++) when the formulation does: with ``loop_mode native`` every routine tick of a trotting
@@ -57,6 +59,9 @@ from .conversions import cdr_template
 
 #: how often the executor re-evaluates the balance task while the compiled loop ticks [s, wall]
 BALANCE_PERIOD_S = 0.005
+#: a /cmd_vel beyond these is implausible: linear [m/s], yaw rate [rad/s] (finite but no legged
+#: robot's; the gait would ramp its references toward it)
+CMD_VEL_LINEAR_MAX, CMD_VEL_YAW_MAX = 10.0, 20.0
 
 class GaitControllerNode(ControllerNode):
     """The controller node with :class:`Gait` and a /cmd_vel input."""
@@ -135,11 +140,16 @@ class GaitControllerNode(ControllerNode):
         return m.neutral()
 
     def _on_cmd_vel(self, msg: Twist) -> None:
-        if self.balance is not None or self._stand_only:  # the balance task commands the gait, or none
-            return
+        if self.balance is not None or self._stand_only or self.ctrl is None:  # the balance task commands
+            return                                                           # the gait, or none (yet)
         cmd = np.array([msg.linear.x, msg.linear.y, msg.angular.z])
         if not np.isfinite(cmd).all():
-            self._log_throttled("cmd_vel", "ignored /cmd_vel with NaN/inf")
+            self._drop("cmd_vel", "nonfinite", lambda: "NaN/inf velocity")
+            return
+        if max(abs(cmd[0]), abs(cmd[1])) > CMD_VEL_LINEAR_MAX or abs(cmd[2]) > CMD_VEL_YAW_MAX:
+            self._drop("cmd_vel", "implausible", lambda: (
+                f"({cmd[0]:g}, {cmd[1]:g}) m/s, {cmd[2]:g} rad/s beyond {CMD_VEL_LINEAR_MAX:g} m/s, "
+                f"{CMD_VEL_YAW_MAX:g} rad/s"))
             return
         self._cmd_vel[:] = cmd
         self._cmd_vel_time = time.monotonic()
@@ -160,7 +170,8 @@ class GaitControllerNode(ControllerNode):
         gait = self.gait
         if gait is None:
             return
-        t = self._stamp_in["joint_states"] * 1e-9
+        # the input's stamp; in an input gap, advanced by the prediction's age
+        t = self._stamp_in["joint_states"] * 1e-9 + self._prediction_age_s
         if self._gait_reset:
             gait.reset(t, self._q, self._v)
             self._gait_reset = False
@@ -178,6 +189,12 @@ class GaitControllerNode(ControllerNode):
             elif gait.mode == "trot":
                 gait.stop()
             gait.update(t, self._q, self._v, self._mask)
+
+    def _predicted_contacts(self) -> np.ndarray:
+        """In an input gap the feet are where the gait's schedule puts them."""
+        if self.gait is None:
+            return super()._predicted_contacts()
+        return self.gait.planned_stance
 
     def _drive_balance(self) -> None:
         """The balance task between Python ticks (the compiled loop runs the others)."""

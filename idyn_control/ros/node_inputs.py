@@ -25,6 +25,9 @@ CLOCK_RESET_NS = 1_000_000_000  # a stamp jump back larger than this is a clock 
 #: a base pose reference farther than this from the measured base is implausible [m]
 #: (beyond any leg's reach: the base PD would saturate every joint trying)
 BASE_REFERENCE_REACH = 1.0
+#: a contact force (measured or desired) above this is implausible [N]: finite but beyond any
+#: load cell or robot (the upper end of contacts.max_desired_force's range)
+CONTACT_FORCE_MAX = 1e6
 
 
 class InputsMixin:
@@ -202,6 +205,9 @@ class InputsMixin:
                 return
             bound = self._node_params["contacts.max_desired_force"]
             norm = math.sqrt(x * x + y * y + z * z)
+            if not norm <= CONTACT_FORCE_MAX:  # also an overflow to inf
+                self._drop("desired_wrench", "implausible", lambda: f"|f| = {norm:g} N for {frame}")
+                return
             if bound > 0.0 and norm > bound:
                 self._drop("desired_wrench", "too_large", lambda: (
                     f"|f| = {norm:.1f} N for {frame} > contacts.max_desired_force {bound:g} N"))
@@ -224,6 +230,9 @@ class InputsMixin:
             x, y, z = f.x, f.y, f.z
             if not (math.isfinite(x) and math.isfinite(y) and math.isfinite(z)):
                 self._drop("measured_wrench", "nonfinite", lambda: f"NaN/inf force for {frame}")
+                return
+            if not max(abs(x), abs(y), abs(z)) <= CONTACT_FORCE_MAX:
+                self._drop("measured_wrench", "implausible", lambda: f"force ({x:g}, {y:g}, {z:g}) N for {frame}")
                 return
             frame_id = msg.header.frame_id
             if not self._wrench_frame_ok("measured_wrench", frame_id, frame, world_frame):

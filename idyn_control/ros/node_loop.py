@@ -66,7 +66,10 @@ from rclpy.executors import ExternalShutdownException
 
 GC_EVERY_TICKS = 1000    # collect young generations this often, when the tick left slack
 GC_SLACK_S = 300e-6
-WATCHDOG_TIMER_S = 0.005      # triggered mode: how often staleness is checked without input
+WATCHDOG_TIMER_S = 0.005      # how often staleness is checked without input
+#: /joint_states this many periods overdue is an input gap: with prediction_horizon > 0 the
+#: node then ticks on its own clock (at update_rate) on the state it predicts
+LATE_PERIODS = 1.5
 PR_SET_TIMERSLACK = 29
 MCL_CURRENT, MCL_FUTURE = 1, 2  # mlockall flags (Linux)
 
@@ -131,8 +134,11 @@ class LoopMixin:
             self._start_native_loop(loop_cpu)
         else:
             self._set_priority()  # triggered: the executor thread runs the tick
-        # ticks come from /joint_states; a timer covers a silent input
+        # ticks come from /joint_states; a timer covers a silent input, and during an input gap
+        # (prediction_horizon) a second one ticks at the loop's rate on the predicted state
         self._watchdog_timer = self.create_timer(WATCHDOG_TIMER_S, self._on_watchdog_timer)
+        self._predict_timer = self.create_timer(self.period_s, self._on_predict_timer)
+        self._predict_timer.cancel()
 
     def _native_loop_cpu(self) -> int | None:
         """native mode: the CPU of the loop thread and the middleware's threads (``loop_cpu``), or None."""
@@ -156,9 +162,11 @@ class LoopMixin:
                 self._rt_drain(rt_loop)
             self._rt = None
             rt_loop.close()
-        if self._watchdog_timer is not None:
-            self.destroy_timer(self._watchdog_timer)
-            self._watchdog_timer = None
+        for name in ("_watchdog_timer", "_predict_timer"):
+            timer = getattr(self, name)
+            if timer is not None:
+                self.destroy_timer(timer)
+                setattr(self, name, None)
         gc.enable()
 
     def _pin_cpus(self) -> None:
@@ -252,30 +260,82 @@ class LoopMixin:
         while rclpy.ok(context=self.context):
             self._spin_once(executor, 0.1)
 
+    def _input_age(self, now: float) -> float:
+        """Time since the last /joint_states a tick used [s] (the compiled loop's included):
+        on the monotonic clock, and under simulated time no more than the node's clock has
+        advanced past its stamp (a lock-step simulator waiting for a command, or one slower
+        than real time, is no input gap)."""
+        last = self._t_in["joint_states"]
+        if self._rt is not None:
+            last = max(last, self._rt.last_tick())
+        age = now - last if last > 0.0 else 0.0
+        stamp = self._stamp_in["joint_states"]
+        clock = self.get_clock()
+        if stamp > 0 and clock.ros_time_is_active:
+            age = min(age, max((clock.now().nanoseconds - stamp) * 1e-9, 0.0))
+        return age
+
+    def _predicting(self, now: float) -> bool:
+        """An input gap the prediction bridges: prediction on, active, input late but not
+        older than prediction_horizon."""
+        horizon = self._node_params["prediction_horizon"]
+        return (horizon > 0.0 and self._mode == ACTIVE and not self._need_reset
+                and LATE_PERIODS * self.period_s < self._input_age(now) <= horizon + self.period_s)
+
     def _on_watchdog_timer(self) -> None:
         now = time.monotonic()
+        if not self._predict_timer.is_canceled():
+            return  # an input gap: the prediction timer ticks
+        if self._predicting(now):  # a gap begins: tick on the predicted state at the loop's rate
+            self._predict_timer.reset()
+            self._timer_tick(now, lambda: self._predicting(time.monotonic()))
+            return
         last = self._last_scheduled if self._rt is None else max(self._last_scheduled, self._rt.last_tick())
         if now - last > self._node_params["watchdog_timeout"]:
-            rt_loop = self._rt
-            if rt_loop is None:
-                self._last_scheduled = now
-                self._tick(now)
-                self._maybe_collect(now + self.period_s)
-                return
-            from ..native import rt
+            timeout = self._node_params["watchdog_timeout"]
+            self._timer_tick(now, lambda: time.monotonic() - self._last_scheduled > timeout)
 
-            rt_loop.lock()  # the compiled loop's thread ticks too: one tick at a time
-            try:
-                with self._book_lock:
-                    self._rt_drain(rt_loop)
-                    if time.monotonic() - self._last_scheduled > self._node_params["watchdog_timeout"]:
-                        self._last_scheduled = now
-                        self._rt_book_inputs(rt_loop)
-                        rt.hand_over(self)
-                        self._tick(now)
-                        self._rt_after_python_tick()
-            finally:
-                rt_loop.unlock()
+    def _on_predict_timer(self) -> None:
+        """During an input gap: one tick per period on the predicted state; the gap's end
+        (fresh input) or its passing the horizon (the watchdog's safe output, one tick)
+        stops it."""
+        now = time.monotonic()
+        if not self._predicting(now):
+            self._predict_timer.cancel()
+            if self._input_age(now) > LATE_PERIODS * self.period_s and self._mode == ACTIVE:
+                self._timer_tick(now, lambda: True)  # past the horizon: the safe output now
+            else:  # input again (native mode: the compiled loop ticks it, no Python tick ends the gap)
+                self._predictor.stop()
+                self._prediction_age_s = 0.0
+            return
+        if self._predictor.active and self._input_age(now) - self._predictor.age_s < 0.5 * self.period_s:
+            return  # the input's clock (simulated: maybe slower than the wall) has not moved a period on
+        self._timer_tick(now, lambda: self._predicting(time.monotonic()))
+
+    def _timer_tick(self, now: float, still_due) -> None:
+        """A tick without a new input (watchdog, prediction); in native mode with the
+        compiled loop locked and booked first, and only if ``still_due()`` after that (an
+        input may have been ticked meanwhile)."""
+        rt_loop = self._rt
+        if rt_loop is None:
+            self._last_scheduled = now
+            self._tick(now)
+            self._maybe_collect(now + self.period_s)
+            return
+        from ..native import rt
+
+        rt_loop.lock()  # the compiled loop's thread ticks too: one tick at a time
+        try:
+            with self._book_lock:
+                self._rt_drain(rt_loop)
+                if still_due():
+                    self._last_scheduled = now
+                    self._rt_book_inputs(rt_loop)
+                    rt.hand_over(self)
+                    self._tick(now)
+                    self._rt_after_python_tick()
+        finally:
+            rt_loop.unlock()
 
     def _maybe_collect(self, next_deadline: float) -> None:
         self._ticks_since_gc += 1
@@ -315,11 +375,20 @@ class LoopMixin:
         if self._pending_fields or self._pending_formulation is not None:
             self._apply_pending()
         timeout = self._node_params["watchdog_timeout"]
+        horizon = self._node_params["prediction_horizon"]
+        age = self._input_age(now) if horizon > 0.0 else 0.0
         with self._lock:
             have = t_in["joint_states"] > 0.0 and (not m.floating_base or t_in["odom"] > 0.0)
             fresh = (have and now - t_in["joint_states"] < timeout
                      and (not m.floating_base or now - t_in["odom"] < timeout)
                      and (t_in["contact_states"] == 0.0 or now - t_in["contact_states"] < timeout))
+            # an input gap the prediction bridges: the joint states late, not older than the
+            # horizon, and the other state inputs fresh when they stopped
+            predicted = (have and horizon > 0.0 and mode == ACTIVE and not self._need_reset
+                         and LATE_PERIODS * self.period_s < age <= horizon
+                         and (not m.floating_base or t_in["joint_states"] - t_in["odom"] < timeout)
+                         and (t_in["contact_states"] == 0.0 or t_in["joint_states"] - t_in["contact_states"] < timeout))
+            fresh = fresh or predicted
             # measured forces: once one arrived, every contact's (a missing one would read zero)
             stale_forces = self._measured_any and now - self._meas_t.min() >= timeout
             if have and stale_forces:
@@ -337,6 +406,13 @@ class LoopMixin:
                 np.greater_equal(self._in_contacts, self._node_params["contacts.threshold"], out=self._mask)
         if not have:
             return  # nothing measured yet: stay silent (the effort controller still holds zero)
+        if fresh and predicted:
+            self._predict_state(age)
+        elif self._predictor.active:  # fresh input again, or the safe output
+            self._predictor.stop()
+            self._prediction_age_s = 0.0
+            if not fresh:
+                self._prediction_expired += 1
         if not fresh:
             if not self._watchdog_tripped:
                 self._watchdog_tripped = True
@@ -379,6 +455,34 @@ class LoopMixin:
                                 f"solve (status {status}, {self._status_counts[status]} so far): "
                                 f"{cmd.source} output instead")
         self._tau[:] = cmd.tau
+
+    def _predict_state(self, age: float) -> None:
+        """An input gap: the tick's state is the one the controller predicts (the last
+        accepted state integrated with the q̈ of each solve since, :class:`StatePredictor`),
+        advanced to the input's age; contacts as :meth:`_predicted_contacts` says."""
+        pred = self._predictor
+        if not pred.active or self._t_in["joint_states"] != self._prediction_from:  # a new gap
+            pred.start(self._q, self._v)
+            self._prediction_from = self._t_in["joint_states"]
+            self._input_gaps += 1
+            self._log_throttled("prediction", f"no /joint_states for {age * 1e3:.1f} ms: controlling on the "
+                                f"predicted state (prediction_horizon "
+                                f"{self._node_params['prediction_horizon'] * 1e3:g} ms)")
+        qdd = self.ctrl.formulation.qdd
+        # the prediction keeps the input's clock: a period per period of age (several after a
+        # late timer, none when the clock, simulated, has not moved on)
+        for _ in range(int(round((age - pred.age_s) / self.period_s))):
+            if pred.step(qdd, self.period_s) is None:
+                break
+        self._q[:] = pred.q
+        self._v[:] = pred.v
+        self._mask[:] = self._predicted_contacts()
+        self._prediction_age_s = pred.age_s
+        self._predicted_ticks += 1
+
+    def _predicted_contacts(self) -> np.ndarray:
+        """The contacts of a predicted tick: the last estimates (the gait node: its schedule)."""
+        return self._mask
 
     def _safe_command(self, v: np.ndarray) -> None:
         ctrl = self.ctrl

@@ -87,6 +87,9 @@ class MonitoringMixin:
             "last_source": self._last_source,
             "watchdog": "tripped" if self._watchdog_tripped else "ok",
             "watchdog_trips": self._watchdog_trips,
+            "input_gaps": self._input_gaps,
+            "predicted_ticks": self._predicted_ticks,
+            "prediction_expired": self._prediction_expired,
             "saturated_joint_ticks": self._saturated_joints,
             "rejected_parameters": self.rejected_parameters,
             "callback_exceptions": self.callback_exceptions,
@@ -135,6 +138,8 @@ class MonitoringMixin:
         problems = []
         if self._watchdog_tripped:
             problems.append("watchdog tripped (stale inputs)")
+        elif self._predictor.active:
+            problems.append("input gap: controlling on the predicted state")
         if self._mode == SAFE:
             problems.append("inactive: safe output")
         if self._last_source not in ("formulation", "none"):

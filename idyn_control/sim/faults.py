@@ -7,11 +7,15 @@ the controller's model can carry a mass error::
     faults = Faults(drop_state=0.2)                    # 20 % of joint states lost
     run_scenario(robot="quadruped", faults=faults)     # metrics["faults"] counts what hit
 
-A lost or delayed state means the controller ticks on the last state it received, as the
-node's loop does on stale input; when nothing fresh has arrived for longer than
-``watchdog_timeout`` the command is the controller's safe output, as the node's watchdog
-gives it, and the controller is reset (the node's recovery after a watchdog trip) when
-fresh input returns. Everything is drawn from ``seed``: runs are reproducible.
+A delayed state means the controller ticks on the last state it received. A lost state
+or the gap: with ``prediction_horizon`` > 0 the controller ticks on the state it predicts
+itself (:class:`~idyn_control.prediction.StatePredictor`: the last state it was given,
+integrated with its own q̈), as the node does, for as long as the input is at most that
+old; otherwise on the last state it received. When nothing fresh has arrived for longer
+than ``watchdog_timeout`` (or ``prediction_horizon``, the longer) the command is the
+controller's safe output, as the node's watchdog gives it, and the controller is reset
+(the node's recovery after a watchdog trip) when fresh input returns. Everything is
+drawn from ``seed``: runs are reproducible.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy as np
 import pinocchio as pin
 
 from ..errors import ConfigError
+from ..prediction import MAX_HORIZON_S
 
 GRAVITY = 9.81  # [m/s²]
 
@@ -41,7 +46,11 @@ class Faults:
         push: (start [s], duration [s], force as a fraction of the body weight): a
             horizontal push on the base, along ``push_direction`` (world x, y).
         push_direction: world-frame (x, y) direction of the push (normalized).
-        watchdog_timeout: input older than this [s] gives the safe output (the node's default).
+        watchdog_timeout: input older than this [s] gives the safe output (the node's default),
+            or older than ``prediction_horizon`` when that is longer.
+        prediction_horizon: the longest input gap the controller bridges on its own predicted
+            state [s] (the node's ``prediction_horizon``); None = the robot file's (the
+            lock-step runner resolves it), 0 = no prediction.
         seed: of every random draw.
     """
 
@@ -53,6 +62,7 @@ class Faults:
     push: tuple[float, float, float] | None = None
     push_direction: tuple[float, float] = (0.0, 1.0)
     watchdog_timeout: float = 0.05
+    prediction_horizon: float | None = None
     seed: int = 0
 
     def validate(self) -> None:
@@ -70,11 +80,14 @@ class Faults:
                 raise ConfigError(f"faults.{name}", value, f"needs {size} finite values, duration ≥ 0")
         if not (self.watchdog_timeout > 0):
             raise ConfigError("faults.watchdog_timeout", self.watchdog_timeout, "must be > 0 s")
+        if self.prediction_horizon is not None and not (0.0 <= self.prediction_horizon <= MAX_HORIZON_S):
+            raise ConfigError("faults.prediction_horizon", self.prediction_horizon,
+                              f"must be in [0, {MAX_HORIZON_S:g}] s")
 
     @property
     def active(self) -> bool:
         return any(getattr(self, f.name) != f.default for f in fields(self)
-                   if f.name not in ("push_direction", "watchdog_timeout", "seed"))
+                   if f.name not in ("push_direction", "watchdog_timeout", "prediction_horizon", "seed"))
 
     @classmethod
     def from_dict(cls, values: dict[str, Any] | "Faults" | None) -> "Faults":
@@ -128,15 +141,18 @@ class FaultInjector:
         self.tripped = False
         self.recovered = False
         self.fresh = True
+        self.predicted = False
+        self.horizon = f.prediction_horizon or 0.0
         self.counts = {"dropped_states": 0, "delayed_ticks": 0, "flipped_contacts": 0, "gap_ticks": 0,
-                       "watchdog_ticks": 0, "watchdog_trips": 0, "push_ticks": 0,
+                       "predicted_ticks": 0, "watchdog_ticks": 0, "watchdog_trips": 0, "push_ticks": 0,
                        "model_mass_error_percent": round(100.0 * f.mass_error, 6)}
 
     def decide(self, t: float) -> int | None:
         """This tick's fate, drawn as :meth:`observe` draws it: the age in ticks of the
         measurement the controller gets (0: this tick's), or None when it gets nothing (a
         lost state, the gap). Also draws this tick's contact flips (:attr:`flips`), keeps
-        the watchdog's bookkeeping (:attr:`fresh`, :attr:`recovered`) and the counts. The
+        the watchdog's bookkeeping (:attr:`fresh`, :attr:`recovered`, :attr:`predicted`: a
+        tick without input within the prediction horizon) and the counts. The
         caller keeps the measurements (arrays here, messages in the ROS fault relay)."""
         f = self.faults
         depth = self.delay_ticks + 1
@@ -159,7 +175,10 @@ class FaultInjector:
         if f.contact_flip > 0.0 and self.k:
             np.less(self.rng.random(self.k), f.contact_flip, out=self._flips)
             self.counts["flipped_contacts"] += int(self._flips.sum())
-        fresh = t - self._last_fresh <= f.watchdog_timeout + 1e-12
+        age = t - self._last_fresh
+        self.predicted = given is None and age <= self.horizon + 1e-12
+        self.counts["predicted_ticks"] += self.predicted
+        fresh = age <= max(f.watchdog_timeout, self.horizon) + 1e-12
         if not fresh:
             self.counts["watchdog_ticks"] += 1
             self.counts["watchdog_trips"] += not self.tripped

@@ -38,6 +38,7 @@ from ..gait import Gait, GaitConfig, crouched_configuration
 from .metrics import Trace, compute_metrics
 from .mujoco_model import MujocoSim, build_mujoco
 from .faults import FaultInjector, Faults, scale_masses
+from ..prediction import StatePredictor
 from .tasks import TASKS, make_task
 from .terrain import TERRAINS, make_terrain
 
@@ -265,7 +266,9 @@ class LockstepRunner:
         x_report = float(q[0])
         trotting = False
         task = make_task(s.task, ticks, balance=s.balance) if gait is not None else None
-        faults = FaultInjector(s.faults, s.dt, robot.nq, robot.nv, k) if s.faults.active else None
+        faults = FaultInjector(self._resolved_faults(), s.dt, robot.nq, robot.nv, k) if s.faults.active else None
+        predictor = StatePredictor(self.controller.model, faults.horizon) if faults is not None else None
+        pred_err = [0.0, 0.0]  # the prediction's largest error: base position [m], joint [rad]
         tick, gait = self._compiled_tick() if s.compiled and faults is None else (None, gait)
         tau = np.zeros(robot.na)
         q_meas, v_meas, mask_meas = q, v, mask  # what the simulator measured
@@ -275,6 +278,18 @@ class LockstepRunner:
             if faults is not None:  # what the controller is given
                 fresh = faults.observe(t, q_meas, v_meas, mask_meas)
                 q, v, mask = faults.q, faults.v, faults.mask
+                if faults.predicted:  # no input: the state it predicts (the node's prediction_horizon)
+                    if not predictor.active:
+                        predictor.start(q, v)
+                    q, v = predictor.step(ctrl.formulation.qdd, s.dt)
+                    # how far the prediction is from the robot (q_meas: this tick's truth)
+                    joints = robot.joint_q_index
+                    pred_err[0] = max(pred_err[0], float(np.abs(q[:3] - q_meas[:3]).max()) if self.legged else 0.0)
+                    pred_err[1] = max(pred_err[1], float(np.abs(q[joints] - q_meas[joints]).max()))
+                    # contacts as planned: the gait's schedule, else the last estimate
+                    mask = gait.planned_stance.copy() if gait is not None else mask
+                else:
+                    predictor.stop()
                 if faults.recovered:  # after a watchdog trip: hold the measured posture, as the node
                     ctrl.reset(q, v)
                     if gait is not None:
@@ -354,6 +369,8 @@ class LockstepRunner:
             metrics["surface_updates"] = self.surface_updates
         if faults is not None:
             metrics["faults"] = dict(faults.counts)
+            if faults.counts["predicted_ticks"]:
+                metrics["prediction_error_max"] = {"base_position_m": pred_err[0], "joint_rad": pred_err[1]}
         if self.grasp:  # the box is no base: its speed and height say nothing; Σ normal along z neither
             for key in [k for k in metrics if k.startswith(("speed", "base_height", "force_error", "measured_normal"))]:
                 del metrics[key]
@@ -361,6 +378,16 @@ class LockstepRunner:
         metrics["wall_time_s"] = wall
         metrics["real_time_factor"] = trace.n * s.dt / wall if wall > 0 else float("nan")
         return Run(scenario=s, trace=trace.trimmed(), metrics=metrics, wall_time_s=wall)
+
+    def _resolved_faults(self) -> Faults:
+        """The scenario's faults with the robot file's ``prediction_horizon`` (the node's
+        parameter) when they leave it unset."""
+        f = self.scenario.faults
+        if f.prediction_horizon is not None:
+            return f
+        from .. import config
+
+        return replace(f, prediction_horizon=float(config.robot_parameter(self.spec, "prediction_horizon")))
 
     def _compiled_tick(self):
         """(Tick, compiled gait) for Scenario.compiled, or (None, the Python gait) when the
