@@ -268,6 +268,7 @@ class LockstepRunner:
         faults = FaultInjector(s.faults, s.dt, robot.nq, robot.nv, k) if s.faults.active else None
         tick, gait = self._compiled_tick() if s.compiled and faults is None else (None, gait)
         tau = np.zeros(robot.na)
+        compiled_ticks = 0
         q_meas, v_meas, mask_meas = q, v, mask  # what the simulator measured
         for n in range(ticks):
             t = n * s.dt
@@ -289,6 +290,7 @@ class LockstepRunner:
             t0 = time.perf_counter()
             if tick is not None and n > 0 and tick.run(t, q, v, mask, 0.0, tau) == 0:  # the gait's tick included
                 cmd = Command(tau=tau, result=None, source="formulation", saturated=tick.saturated)
+                compiled_ticks += 1
             elif tick is not None:  # the first tick, or a failed solve: the Python tick runs it
                 tick.hand_over()
                 gait.update(t, q, v, mask)
@@ -350,6 +352,8 @@ class LockstepRunner:
         if task is not None:  # a cyclic path: its end-to-end displacement is no speed
             metrics.pop("speed_m_s", None)
             metrics.update(task.metrics(trace.t[:trace.n], trace.q[:trace.n], gait.config.period))
+        if tick is not None:  # as the node's compiled loop reports it
+            metrics["compiled_tick_fraction"] = compiled_ticks / max(trace.n, 1)
         if self.terrain is not None:
             metrics["surface_updates"] = self.surface_updates
         if faults is not None:
