@@ -271,3 +271,48 @@ def test_g1_qp_coulomb_balances_compiled_with_every_corner_loaded(g1):
     assert tr.q[:, 1].max() - y0 > 0.03 and y0 - tr.q[:, 1].min() > 0.03
     assert z0 - tr.q[:, 2].min() > 0.05
     assert m["force_error_sum_rel"] < 0.02
+
+
+def test_g1_steps_in_place_with_wbc_qp(g1):
+    """Stepping in place on two soles (sim.tasks.StepTask, Gait.lift), quasi-static: the
+    centre of mass goes over the left sole, the right sole lifts 3 cm and lands where it
+    was, then the same on the other side, and the robot stands between its feet again.
+    With wbc_qp, held soles as rigid bodies, never elastic: the lifted sole carries nothing
+    and clears the ground, the stance sole carries the robot with every corner pushing (its
+    centre of pressure inside it), the predicted forces are the simulator's."""
+    from idyn_control.sim.tasks import StepConfig
+
+    duration = StepConfig().duration_s + 0.5
+    runner = LockstepRunner(Scenario(robot="g1", formulation="wbc_qp", gait=False, task="steps", friction=0.8,
+                                     duration=duration, gait_config={"stand_shift_speed": 0.1}))
+    run = runner.run()
+    m, tr, f = run.metrics, run.trace, runner.controller.formulation
+    assert not m["fell"] and tr.fallback.sum() == 0
+    assert f.relaxations() == {"torque_limits_dropped": 0}  # no elastic contact rows
+    assert m["steps_lifted"] == 2 and m["force_error_sum_rel"] < 0.01
+    lifts = runner.task.lifts
+    assert [sorted(feet) for _, feet in lifts] == [[4, 5, 6, 7], [0, 1, 2, 3]]  # right sole first, then left
+    pm, data = g1.pin_model, g1.pin_model.createData()
+
+    def corners_z(n):
+        pin.framesForwardKinematics(pm, data, tr.q[n])
+        return np.array([data.oMf[fid].translation for fid in g1.contact_frame_ids])
+
+    ground = corners_z(0)
+    weight = 9.81 * pin.computeTotalMass(pm)
+    fz = tr.f_meas[:, :, 2]
+    swing_s = runner.task.config.swing_s
+    for t_lift, feet in lifts:
+        stance = np.setdiff1d(np.arange(8), feet)
+        mid = (tr.t >= t_lift + 0.3 * swing_s) & (tr.t <= t_lift + 0.7 * swing_s)
+        assert fz[mid][:, feet].sum(axis=1).max() == 0.0  # the lifted sole carries nothing
+        apex = max(corners_z(n)[feet, 2].min() - ground[feet, 2].min() for n in np.flatnonzero(mid))
+        assert apex > 0.02  # every corner of it clears the ground by 2 cm
+        sole = fz[mid][:, stance]  # single support
+        assert sole.sum(axis=1).min() > 0.9 * weight  # the stance sole carries the robot
+        assert np.all(sole.min(axis=1) >= 0.01 * sole.sum(axis=1))  # every corner pushing: CoP inside
+        landed = int(np.searchsorted(tr.t, t_lift + swing_s + 0.3))
+        np.testing.assert_allclose(corners_z(landed)[feet], ground[feet], atol=0.01)  # in place, on the ground
+    end = fz[-200:]
+    for sole in (end[:, :4], end[:, 4:]):  # back between the feet: both soles loaded
+        assert sole.sum(axis=1).min() > 0.2 * weight

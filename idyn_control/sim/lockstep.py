@@ -104,7 +104,8 @@ class Scenario:
             "balance" (standing, ``gait=False``: weight shifts and squats,
             :class:`~idyn_control.sim.tasks.BalanceTask`).
         balance: overrides of :class:`~idyn_control.sim.tasks.BalanceConfig` fields (task
-            "balance").
+            "balance") or of :class:`~idyn_control.sim.tasks.StepConfig` fields (task "steps":
+            stepping in place on two soles, ``gait=False``).
         terrain: "plane" (``friction``, ``compliant``) or "heightmap" (seed 000 §7.5: rigid
             bumps ≤ 3 cm, per-patch μ ~ U(0.1, 1.5), drawn from ``terrain_seed``); the
             controller is told the local normal and μ under each foot in contact.
@@ -153,8 +154,8 @@ class Scenario:
             raise ConfigError("velocity", self.velocity, "must be 3 finite values (vx, vy, yaw rate)")
         if self.task not in TASKS:
             raise ConfigError("task", self.task, f"must be one of {TASKS}")
-        if self.task == "balance" and self.gait:
-            raise ConfigError("task", self.task, "balance is standing: set gait=False")
+        if self.task in ("balance", "steps") and self.gait:
+            raise ConfigError("task", self.task, f"{self.task} is standing: set gait=False")
         if self.terrain not in TERRAINS:
             raise ConfigError("terrain", self.terrain, f"must be one of {TERRAINS}")
         self.faults = Faults.from_dict(self.faults)
@@ -177,6 +178,7 @@ class LockstepRunner:
     def __init__(self, scenario: Scenario):
         scenario.validate()
         self.scenario = s = scenario
+        self.task = None  # the last run's task (sim.tasks), for its log
         friction = 1e3 if s.friction == math.inf else s.friction
         self.spec = spec = robots.spec(s.robot)
         self.robot = robots.load(spec, friction=friction if (spec.contact_frames or spec.hand) else None)
@@ -264,7 +266,7 @@ class LockstepRunner:
         next_report = 1.0
         x_report = float(q[0])
         trotting = False
-        task = make_task(s.task, ticks, balance=s.balance) if gait is not None else None
+        task = self.task = make_task(s.task, ticks, balance=s.balance) if gait is not None else None
         faults = FaultInjector(s.faults, s.dt, robot.nq, robot.nv, k) if s.faults.active else None
         tick, gait = self._compiled_tick() if s.compiled and faults is None else (None, gait)
         tau = np.zeros(robot.na)
