@@ -604,18 +604,27 @@ class Gait:
         ctrl.set_joint_reference(self.q_joint_ref, self.v_joint_ref, self.a_joint_ref)
 
 
+def moved_base_configuration(model, q_stand: np.ndarray, offset, ik_iterations: int | None = None) -> np.ndarray:
+    """``q_stand`` with the base moved by ``offset`` [m, world] and the feet where they
+    were: the gait's inverse kinematics, ``ik_iterations`` Newton steps (None: the
+    default's)."""
+    from .controller import Controller, ControllerConfig
+
+    q = np.asarray(q_stand, dtype=float).copy()
+    gait = Gait(Controller(model, ControllerConfig(formulation="rnea")), q)
+    gait.reset(0.0, q, np.zeros(model.nv))
+    if ik_iterations is not None:
+        gait.config.ik_iterations = ik_iterations
+    gait.base_position_ref += offset
+    gait._solve_ik()
+    q[:3] += offset
+    q[model.joint_q_index] = gait.q_joint_ref
+    return q
+
+
 def crouched_configuration(model, q_stand: np.ndarray, crouch: float) -> np.ndarray:
     """``q_stand`` with the base ``crouch`` [m] lower and the feet where they were (IK):
     where a robot starts when it has to stand up."""
-    q = np.asarray(q_stand, dtype=float).copy()
     if crouch <= 0.0:
-        return q
-    from .controller import Controller, ControllerConfig
-
-    gait = Gait(Controller(model, ControllerConfig(formulation="rnea")), q)
-    gait.reset(0.0, q, np.zeros(model.nv))
-    gait.base_position_ref[2] = q[2] - crouch
-    gait._solve_ik()
-    q[2] -= crouch
-    q[model.joint_q_index] = gait.q_joint_ref
-    return q
+        return np.asarray(q_stand, dtype=float).copy()
+    return moved_base_configuration(model, q_stand, (0.0, 0.0, -crouch))

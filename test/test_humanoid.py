@@ -139,18 +139,9 @@ def test_g1_wbc_qp_holds_each_sole_as_one_rigid_body(backend):
 def _shifted_standing_state(g1):
     """G1 standing with its pelvis 4 cm toward the left foot, the soles where they were
     (both down; joints from the gait's inverse kinematics)."""
-    from idyn_control.controller import Controller, ControllerConfig
-    from idyn_control.gait import Gait
+    from idyn_control.gait import moved_base_configuration
 
-    q = robots.standing_configuration(g1, "g1")
-    gait = Gait(Controller(g1, ControllerConfig(formulation="rnea")), q)
-    gait.reset(0.0, q, np.zeros(g1.nv))
-    gait.base_position_ref[1] += 0.04
-    gait.config.ik_iterations = 20
-    gait._solve_ik()
-    q[1] += 0.04
-    q[g1.joint_q_index] = gait.q_joint_ref
-    return q
+    return moved_base_configuration(g1, robots.standing_configuration(g1, "g1"), (0.0, 0.04, 0.0), ik_iterations=20)
 
 
 @pytest.mark.parametrize("backend", ["native", "python"])

@@ -422,18 +422,10 @@ def _com_per_base_shift(gait, shift_m: float) -> float:
     """How far the centre of mass moves sideways per metre the standing base moves
     sideways with the feet kept where they are (the gait's inverse kinematics), at the
     robot's standing pose: < 1, the legs stay behind."""
-    from ..controller import Controller, ControllerConfig
-    from ..gait import Gait
+    from ..gait import moved_base_configuration
 
-    model, q = gait.model, gait.q_standing.copy()
-    probe = Gait(Controller(model, ControllerConfig(formulation="rnea")), q)
-    probe.reset(0.0, q, np.zeros(model.nv))
-    probe.config.ik_iterations = 20
-    probe.base_position_ref[1] += shift_m
-    probe._solve_ik()
-    shifted = q.copy()
-    shifted[1] += shift_m
-    shifted[model.joint_q_index] = probe.q_joint_ref
+    model, q = gait.model, gait.q_standing
+    shifted = moved_base_configuration(model, q, (0.0, shift_m, 0.0), ik_iterations=20)
     data = model.pin_model.createData()
     moved = pin.centerOfMass(model.pin_model, data, shifted)[1] - pin.centerOfMass(model.pin_model, data, q)[1]
     return float(moved / shift_m)
