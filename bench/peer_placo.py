@@ -251,6 +251,9 @@ class PlacoReplay:
             if mode == 0:  # rigid: J q̈ + J̇ v = 0, as wbc_qp's contact rows (contact_gain 0)
                 task.configure("foot", "hard", *(1.0,) * len(parts))
                 gains = (0.0, 0.0)
+                if not hasattr(task, "orientation"):  # a landed point foot: no swing feed-forward left
+                    task.dtarget_world = np.zeros(3)
+                    task.ddtarget_world = np.zeros(3)
             elif mode == 1:
                 task.configure("foot", "soft", *(g["swing_weight"],) * len(parts))
                 gains = (g["foot_kp"], g["foot_kd"])

@@ -602,7 +602,7 @@ def _scenario(report: dict, scenario: str, robot: str, variants, peer_python, ro
         log(f"  {scenario}: {err}; skipped")
         report["scenarios"].append({"name": scenario, "robot": robot, "error": str(err)})
         return
-    path = seq.save(out_dir / f"{robot}_{scenario}.npz")
+    path = seq.save(out_dir / f"{spec.name}_{scenario}.npz")  # a robot file's path would leave out_dir
     entry: dict[str, Any] = {"name": scenario, "robot": robot, "sequence": str(path), "sequence_ticks": seq.ticks,
                              "contact_switches": seq.switches(), "project": [], "not_run": []}
     ticks_ = []

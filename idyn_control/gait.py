@@ -226,6 +226,8 @@ class Gait:
         self._swung = np.zeros(k, dtype=bool)       # a swing already started in this window
         self._off_ground = np.zeros(k, dtype=int)   # ticks a planted foot has not touched
         self._swing_start = np.zeros(k)             # time of lift-off [s]
+        self._swing_time = np.full(k, self.swing_duration)  # this swing's duration [s]
+        self._swing_height = np.full(k, self.config.step_height)  # this swing's apex [m]
         self._liftoff = np.zeros((k, 3))            # foot position at lift-off [m]
         self._touchdown = np.zeros((k, 3))          # planned touchdown point [m]
         self._stance_position = feet.copy()         # where each stance foot is planted [m]
@@ -259,6 +261,27 @@ class Gait:
             raise ConfigError("body_offset", (offset.tolist(), velocity.tolist()), "must be two finite 3-vectors")
         self.body_offset[:] = offset
         self.body_offset_velocity[:] = velocity
+
+    def lift(self, feet: Sequence[int], t: float, duration: float, height: float) -> None:
+        """Standing: step in place with ``feet`` (contact indices, e.g. one sole's corners):
+        from time ``t`` [s] they swing up by ``height`` [m] and back down onto their
+        footholds over ``duration`` [s] (the trot's swing profile), landing as a trot's feet
+        do (early on a sensed contact after ``early_touchdown`` of the swing, or late).
+        Bring the centre of mass over the other feet first (:meth:`set_body_offset`): the
+        gait does not move it."""
+        if self.mode != "stand":
+            raise ConfigError("gait", self.mode, "lift() steps in place while standing")
+        if not (np.isfinite(duration) and duration > 0.0 and np.isfinite(height) and height >= 0.0):
+            raise ConfigError("lift", (duration, height), "duration > 0 [s] and height ≥ 0 [m]")
+        for i in feet:
+            if self.swinging[i]:
+                continue
+            self.swinging[i] = True
+            self._swing_start[i] = t
+            self._swing_time[i], self._swing_height[i] = duration, height
+            self._liftoff[i] = self._stance_position[i]
+            self._touchdown[i] = self._stance_position[i]
+            self._touchdown[i, 2] = self.ground_at(*self._touchdown[i, :2]) - self.config.touchdown_depth
 
     def set_terrain(self, height_at) -> None:
         """Known ground shape: ``height_at(x, y)`` [m] above the flat level the robot
@@ -361,8 +384,8 @@ class Gait:
         self._update_base(t, dt, q, v_world)
         if self.mode == "trot":
             self._update_schedule(t, mask, feet)
-        else:
-            self.planned_stance[:] = True
+        else:  # standing: every foot, but those lifted (:meth:`lift`)
+            np.logical_not(self.swinging, out=self.planned_stance)
         self._update_feet(t, dt, q, v_world, mask, feet)
         self._solve_ik()
         self._write_references()
@@ -432,6 +455,7 @@ class Gait:
                     self.swinging[i] = True
                     self._swung[i] = True
                     self._swing_start[i] = t
+                    self._swing_time[i], self._swing_height[i] = self.swing_duration, c.step_height
                     self._liftoff[i] = feet[i]
         self._swung[~in_window] = False  # the next window starts a new swing
         self.planned_stance[:] = ~(in_window & (self.swinging | (not no_new_swings)))
@@ -444,15 +468,16 @@ class Gait:
     def _update_feet(self, t: float, dt: float, q: np.ndarray, v_world: np.ndarray,
                      mask: np.ndarray, feet) -> None:
         c = self.config
-        Ts = self.swing_duration
         vx, vy, wz = self.velocity_filtered
         for i in range(self.n_feet):
+            Ts = self._swing_time[i] if self.swinging[i] else self.swing_duration
             if not self.swinging[i]:
                 # a planted foot that lost the ground (bounced at touchdown, kicked) goes
                 # back down onto its foothold, slowly, like a late touchdown
                 self._off_ground[i] = 0 if mask[i] else self._off_ground[i] + 1
                 if self._off_ground[i] * max(dt, 1e-9) >= c.regain_contact_time and self.mode == "trot":
                     self.swinging[i] = True
+                    self._swing_time[i] = Ts
                     self._swing_start[i] = t - Ts  # past the end of the trajectory: descend
                     self._liftoff[i] = feet[i]
                     self._touchdown[i] = self._stance_position[i]
@@ -477,9 +502,10 @@ class Gait:
                 self.foot_position_ref[i] = p0 + (p1 - p0) * m
                 self.foot_velocity_ref[i] = (p1 - p0) * dm / Ts
                 self.foot_acceleration_ref[i] = (p1 - p0) * ddm / Ts**2
-                self.foot_position_ref[i, 2] += c.step_height * b
-                self.foot_velocity_ref[i, 2] += c.step_height * db / Ts
-                self.foot_acceleration_ref[i, 2] += c.step_height * ddb / Ts**2
+                height = self._swing_height[i]
+                self.foot_position_ref[i, 2] += height * b
+                self.foot_velocity_ref[i, 2] += height * db / Ts
+                self.foot_acceleration_ref[i, 2] += height * ddb / Ts**2
             else:  # late: the ground is lower than planned; keep going down, then give up
                 late = t - (self._swing_start[i] + Ts)
                 p1 = self._touchdown[i]
@@ -578,18 +604,27 @@ class Gait:
         ctrl.set_joint_reference(self.q_joint_ref, self.v_joint_ref, self.a_joint_ref)
 
 
+def moved_base_configuration(model, q_stand: np.ndarray, offset, ik_iterations: int | None = None) -> np.ndarray:
+    """``q_stand`` with the base moved by ``offset`` [m, world] and the feet where they
+    were: the gait's inverse kinematics, ``ik_iterations`` Newton steps (None: the
+    default's)."""
+    from .controller import Controller, ControllerConfig
+
+    q = np.asarray(q_stand, dtype=float).copy()
+    gait = Gait(Controller(model, ControllerConfig(formulation="rnea")), q)
+    gait.reset(0.0, q, np.zeros(model.nv))
+    if ik_iterations is not None:
+        gait.config.ik_iterations = ik_iterations
+    gait.base_position_ref += offset
+    gait._solve_ik()
+    q[:3] += offset
+    q[model.joint_q_index] = gait.q_joint_ref
+    return q
+
+
 def crouched_configuration(model, q_stand: np.ndarray, crouch: float) -> np.ndarray:
     """``q_stand`` with the base ``crouch`` [m] lower and the feet where they were (IK):
     where a robot starts when it has to stand up."""
-    q = np.asarray(q_stand, dtype=float).copy()
     if crouch <= 0.0:
-        return q
-    from .controller import Controller, ControllerConfig
-
-    gait = Gait(Controller(model, ControllerConfig(formulation="rnea")), q)
-    gait.reset(0.0, q, np.zeros(model.nv))
-    gait.base_position_ref[2] = q[2] - crouch
-    gait._solve_ik()
-    q[2] -= crouch
-    q[model.joint_q_index] = gait.q_joint_ref
-    return q
+        return np.asarray(q_stand, dtype=float).copy()
+    return moved_base_configuration(model, q_stand, (0.0, 0.0, -crouch))

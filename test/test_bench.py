@@ -77,6 +77,28 @@ def test_a_report_without_the_peer_has_per_round_statistics(tmp_path):
     json.dumps(report)
 
 
+def test_a_heavy_robot_from_a_file_is_benchmarked_on_its_own_sequences(tmp_path):
+    """``bench --config hyq.yaml``: HyQ (87 kg, described only by a file) is recorded standing
+    and trotting (contact switches), both compiled variants replay it without a fallback,
+    and the sequences are written under the output directory, named after the robot."""
+    from conftest import write_robot_file
+
+    path = write_robot_file(tmp_path, "hyq")
+    out = tmp_path / "bench"
+    report = bench.run(["qp_coulomb@compiled", "wbc_qp@compiled"], robot=str(path), scenarios=("standing", "trot"),
+                       rounds=2, ticks=100, block=10, warmup=5, peer="off", sequence_ticks=300, out_dir=out,
+                       log=lambda m: None)
+    standing, trot = report["scenarios"]
+    assert "error" not in trot, trot.get("error")
+    assert trot["contact_switches"] >= 4 and standing["contact_switches"] == 0
+    for sc in (standing, trot):
+        assert sc["sequence"] == str(out / f"hyq_{sc['name']}.npz")
+        assert [(r["formulation"], r["backend"]) for r in sc["project"]] == [("qp_coulomb", "native"),
+                                                                             ("wbc_qp", "native")]
+        for row in sc["project"]:
+            assert set(row["status"]) == {"solved"} and row["fallbacks"] == 0, row["status"]
+
+
 @needs_peer
 def test_the_peer_answers_blocks_and_its_solutions_hold(trot, tmp_path):
     """The PlaCo subprocess replays the trot block by block (its cursor carries on) and its

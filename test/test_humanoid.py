@@ -24,6 +24,10 @@ from idyn_control.sim.mujoco_model import build_mujoco
 G1_CORNERS = ((-0.05, 0.025, -0.03), (-0.05, -0.025, -0.03), (0.12, 0.03, -0.03), (0.12, -0.03, -0.03))
 
 
+def relative_error(a, b) -> float:
+    return float(np.abs(np.asarray(a) - np.asarray(b)).max()) / max(1.0, float(np.abs(b).max()))
+
+
 @pytest.fixture(scope="module")
 def g1():
     return robots.load("g1")
@@ -135,24 +139,19 @@ def test_g1_wbc_qp_holds_each_sole_as_one_rigid_body(backend):
 def _shifted_standing_state(g1):
     """G1 standing with its pelvis 4 cm toward the left foot, the soles where they were
     (both down; joints from the gait's inverse kinematics)."""
-    from idyn_control.controller import Controller, ControllerConfig
-    from idyn_control.gait import Gait
+    from idyn_control.gait import moved_base_configuration
 
-    q = robots.standing_configuration(g1, "g1")
-    gait = Gait(Controller(g1, ControllerConfig(formulation="rnea")), q)
-    gait.reset(0.0, q, np.zeros(g1.nv))
-    gait.base_position_ref[1] += 0.04
-    gait.config.ik_iterations = 20
-    gait._solve_ik()
-    q[1] += 0.04
-    q[g1.joint_q_index] = gait.q_joint_ref
-    return q
+    return moved_base_configuration(g1, robots.standing_configuration(g1, "g1"), (0.0, 0.04, 0.0), ik_iterations=20)
 
 
+@pytest.mark.parametrize("backend", ["native", "python"])
 @pytest.mark.parametrize("margin", [0.0, 0.2, 0.5])
-def test_cop_margin_keeps_every_corner_of_a_sole_loaded(g1, margin):
+def test_cop_margin_keeps_every_corner_of_a_sole_loaded(g1, margin, backend):
+    if backend == "native":
+        native_or_skip()
     q = _shifted_standing_state(g1)
-    f = formulations.make("qp_coulomb", g1, dt=1e-3, cop_margin=margin, backend="python")
+    f = formulations.make("qp_coulomb", g1, dt=1e-3, cop_margin=margin, backend=backend)
+    assert f.backend == backend
     r = f.solve(q, np.zeros(g1.nv), np.zeros(g1.nv), g1.contact_frames)
     assert r.ok and f.stage2_failures == 0
     weight = 9.81 * pin.computeTotalMass(g1.pin_model)
@@ -164,10 +163,147 @@ def test_cop_margin_keeps_every_corner_of_a_sole_loaded(g1, margin):
         assert r.forces[:, 2].min() < 0.01 * weight
 
 
-def test_cop_margin_runs_in_python_only():
-    g1 = robots.load("g1")
-    assert formulations.make("qp_coulomb", g1, dt=1e-3, cop_margin=0.2).backend == "python"
-    with pytest.raises(ConfigError, match="cop_margin"):
-        formulations.make("qp_coulomb", g1, dt=1e-3, cop_margin=0.2, backend="native")
+def _sole_wrenches(g1, q, forces):
+    """Each sole's wrench about its link's origin [N, N·m] (world frame): what the corner
+    forces do to the robot; their split among the corners is the internal force."""
+    data = g1.pin_model.createData()
+    pin.framesForwardKinematics(g1.pin_model, data, q)
+    out = []
+    for corners in (range(4), range(4, 8)):
+        origin = data.oMi[g1.pin_model.frames[g1.contact_frame_ids[corners[0]]].parentJoint].translation
+        w = np.zeros(6)
+        for i in corners:
+            w[:3] += forces[i]
+            w[3:] += np.cross(data.oMf[g1.contact_frame_ids[i]].translation - origin, forces[i])
+        out.append(w)
+    return np.concatenate(out)
+
+
+def test_cop_margin_compiled_matches_python(g1):
+    """Stage II's centre-of-pressure rows compiled (solvers.cpp Qpc::fill_cop_rows) and in
+    Python, on the same ticks: G1 shifted over its left foot and moving, a sole's corner
+    lifted and put down again (contact switches rebuild the rows). Same status, fast-path
+    and Stage II failure counts; the same torques, accelerations and sole wrenches (≤ 1e-3
+    on every tick, ≤ 1e-6 on most: where Stage II fails both answer with Stage I's forces,
+    whose optimum is flat); every tick whose Stage II solved keeps each held corner at ≥ the
+    margin of its sole's mean load, on both sides. How a sole's wrench splits among its
+    corners is only regularized (neither torques nor base see a foot's internal forces), so
+    the corner forces are not compared."""
+    native_or_skip()
+    margin = 0.2
+    fast = formulations.make("qp_coulomb", g1, dt=1e-3, cop_margin=margin, backend="native")
+    ref = formulations.make("qp_coulomb", g1, dt=1e-3, cop_margin=margin, backend="python")
+    assert (fast.backend, ref.backend) == ("native", "python")
+    rng = np.random.default_rng(3)
+    q0 = _shifted_standing_state(g1)
+    frames = g1.contact_frames
+    weight = 9.81 * pin.computeTotalMass(g1.pin_model)
+    errors, switches, prev, margin_checked = [], 0, None, 0
+    for i in range(60):
+        q, v = q0.copy(), np.zeros(g1.nv)
+        phase = 2 * np.pi * i * 1e-2 + np.arange(g1.na)
+        q[g1.joint_q_index] += 0.01 * np.sin(phase)
+        v[g1.n_base:] = 0.05 * np.cos(phase)
+        a = rng.normal(0.0, 0.5, g1.nv)
+        active = frames if i < 20 or i >= 40 else frames[:3] + frames[4:]  # the left sole's last corner lifted
+        switches += prev is not None and active != prev
+        prev = active
+        failures = fast.stage2_failures
+        r_fast, r_ref = fast.solve(q, v, a, active), ref.solve(q, v, a, active)
+        assert r_fast.status == r_ref.status == "solved", (i, r_fast.status, r_ref.status)
+        assert r_fast.contact_frames == r_ref.contact_frames
+        assert (fast.fast_path_ticks, fast.stage2_failures) == (ref.fast_path_ticks, ref.stage2_failures), i
+        corner_forces = []
+        for r in (r_fast, r_ref):
+            f_all = np.zeros((8, 3))
+            f_all[[frames.index(c) for c in r.contact_frames]] = r.forces
+            corner_forces.append(f_all)
+            if fast.stage2_failures > failures:  # Stage I's forces: no margin asked of them
+                continue
+            margin_checked += 1
+            for sole in (range(4), range(4, 8)):
+                fz = f_all[[j for j in sole if frames[j] in active], 2]
+                assert fz.min() >= margin * fz.mean() - 1e-6 * weight, (i, fz)
+        errors.append(max(relative_error(r_fast.tau, r_ref.tau), relative_error(r_fast.qdd, r_ref.qdd),
+                          relative_error(*(_sole_wrenches(g1, q, f) for f in corner_forces))))
+        assert fast.dynamics_residual(r_fast) <= 1e-6
+    assert switches == 2 and margin_checked >= 100
+    errors = np.asarray(errors)
+    assert errors.max() <= 1e-3 and np.mean(errors <= 1e-6) >= 0.9, errors
+
+
+def test_cop_margin_must_be_below_one(g1):
     with pytest.raises(ConfigError, match="cop_margin"):
         formulations.make("qp_coulomb", g1, dt=1e-3, cop_margin=1.0)
+
+
+def test_g1_qp_coulomb_balances_compiled_with_every_corner_loaded(g1):
+    """G1's default qp_coulomb (cop_margin 0.2 from g1.yaml) in the compiled tick, as the
+    node's compiled loop and ``demo --no-ros`` run it: the weight shift and the squat with
+    every tick compiled, and on every tick every corner of both soles predicted at ≥ the
+    margin of its sole's mean load and measured pushing (each sole's centre of pressure
+    inside it)."""
+    native_or_skip()
+    runner = LockstepRunner(Scenario(robot="g1", formulation="qp_coulomb", gait=False, duration=8.0,
+                                     friction=0.8, task="balance", compiled=True))
+    run = runner.run()
+    m, tr, f = run.metrics, run.trace, runner.controller.formulation
+    assert f.backend == "native" and f.options["cop_margin"] == 0.2
+    assert not m["fell"] and tr.fallback.sum() == 0
+    assert m["compiled_tick_fraction"] >= 0.999, m["compiled_tick_fraction"]  # all but the first
+    assert f.stage2_failures == 0
+    weight = 9.81 * pin.computeTotalMass(g1.pin_model)
+    pred, meas = tr.f_pred[1:, :, 2], tr.f_meas[tr.t >= 0.1, :, 2]
+    for sole in (slice(0, 4), slice(4, 8)):
+        assert np.all(pred[:, sole].min(axis=1) >= 0.2 * pred[:, sole].mean(axis=1) - 1e-6 * weight)
+        assert np.all(meas[:, sole].min(axis=1) >= 0.01 * meas[:, sole].sum(axis=1))
+    assert m["balance_phase_s"]["shift"] == pytest.approx(4.0, abs=0.01)
+    y0, z0 = tr.q[int(0.9 / 1e-3), 1], tr.q[int(0.9 / 1e-3), 2]
+    assert tr.q[:, 1].max() - y0 > 0.03 and y0 - tr.q[:, 1].min() > 0.03
+    assert z0 - tr.q[:, 2].min() > 0.05
+    assert m["force_error_sum_rel"] < 0.02
+
+
+def test_g1_steps_in_place_with_wbc_qp(g1):
+    """Stepping in place on two soles (sim.tasks.StepTask, Gait.lift), quasi-static: the
+    centre of mass goes over the left sole, the right sole lifts 3 cm and lands where it
+    was, then the same on the other side, and the robot stands between its feet again.
+    With wbc_qp, held soles as rigid bodies, never elastic: the lifted sole carries nothing
+    and clears the ground, the stance sole carries the robot with every corner pushing (its
+    centre of pressure inside it), the predicted forces are the simulator's."""
+    from idyn_control.sim.tasks import StepConfig
+
+    duration = StepConfig().duration_s + 0.5
+    runner = LockstepRunner(Scenario(robot="g1", formulation="wbc_qp", gait=False, task="steps", friction=0.8,
+                                     duration=duration, gait_config={"stand_shift_speed": 0.1}))
+    run = runner.run()
+    m, tr, f = run.metrics, run.trace, runner.controller.formulation
+    assert not m["fell"] and tr.fallback.sum() == 0
+    assert f.relaxations() == {"torque_limits_dropped": 0}  # no elastic contact rows
+    assert m["steps_lifted"] == 2 and m["force_error_sum_rel"] < 0.01
+    lifts = runner.task.lifts
+    assert [sorted(feet) for _, feet in lifts] == [[4, 5, 6, 7], [0, 1, 2, 3]]  # right sole first, then left
+    pm, data = g1.pin_model, g1.pin_model.createData()
+
+    def corners_z(n):
+        pin.framesForwardKinematics(pm, data, tr.q[n])
+        return np.array([data.oMf[fid].translation for fid in g1.contact_frame_ids])
+
+    ground = corners_z(0)
+    weight = 9.81 * pin.computeTotalMass(pm)
+    fz = tr.f_meas[:, :, 2]
+    swing_s = runner.task.config.swing_s
+    for t_lift, feet in lifts:
+        stance = np.setdiff1d(np.arange(8), feet)
+        mid = (tr.t >= t_lift + 0.3 * swing_s) & (tr.t <= t_lift + 0.7 * swing_s)
+        assert fz[mid][:, feet].sum(axis=1).max() == 0.0  # the lifted sole carries nothing
+        apex = max(corners_z(n)[feet, 2].min() - ground[feet, 2].min() for n in np.flatnonzero(mid))
+        assert apex > 0.02  # every corner of it clears the ground by 2 cm
+        sole = fz[mid][:, stance]  # single support
+        assert sole.sum(axis=1).min() > 0.9 * weight  # the stance sole carries the robot
+        assert np.all(sole.min(axis=1) >= 0.01 * sole.sum(axis=1))  # every corner pushing: CoP inside
+        landed = int(np.searchsorted(tr.t, t_lift + swing_s + 0.3))
+        np.testing.assert_allclose(corners_z(landed)[feet], ground[feet], atol=0.01)  # in place, on the ground
+    end = fz[-200:]
+    for sole in (end[:, :4], end[:, 4:]):  # back between the feet: both soles loaded
+        assert sole.sum(axis=1).min() > 0.2 * weight

@@ -151,13 +151,7 @@ class _QpContact(Formulation):
         self.pyramid = np.zeros_like(self.contacts.friction_rows)
         self._pyramid_version = -1
         self._rhs = np.zeros((nb, n + 2))
-        if o["cop_margin"] and o["backend"] != "python":  # Stage II's CoP rows are not compiled
-            if o["backend"] == "native":
-                raise ConfigError("backend", "native", "cop_margin > 0 runs in Python only")
-            self.native_unavailable = "cop_margin > 0: Stage II's centre-of-pressure rows run in Python only"
-            self._native = None
-        else:
-            self._native = self._native_backend(native.QpContact)
+        self._native = self._native_backend(native.QpContact)
 
     def reset(self):
         self.stage1.reset()

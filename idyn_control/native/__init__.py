@@ -311,7 +311,7 @@ class QpContact:
     def __init__(self, engine: Engine, formulation):
         self.lib, self.engine, self.f = engine.lib, engine, weakref.proxy(formulation)  # as Wbc
         cs, o, f = formulation.contacts, formulation.options, formulation
-        self.options = np.zeros(5)
+        self.options = np.zeros(6)
         # iterations, solve time [s], fast-path ticks, Stage II failures, Stage II limited,
         # non-penetration dropped, Stage I rescued (counts); non-penetration relaxed this
         # tick (0/1) and by how much [m/s]
@@ -326,7 +326,7 @@ class QpContact:
         """The options the solve reads (compiled ticks read the last ones)."""
         o, opt = self.f.options, self.options
         opt[0], opt[1], opt[2] = bool(o["stage2"]), bool(o["torque_limits"]), bool(o["fast_path"])
-        opt[3], opt[4] = DISSIPATION.index(o["dissipation"]), o["friction_margin"]
+        opt[3], opt[4], opt[5] = DISSIPATION.index(o["dissipation"]), o["friction_margin"], o["cop_margin"]
 
     def solve(self) -> tuple[int, int, float]:
         f = self.f

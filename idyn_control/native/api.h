@@ -15,7 +15,7 @@
 #define IDYN_WBC_WEIGHTS 5            // w_base, w_posture, w_force, contact_gain, mass
 #define IDYN_WBC_INFO 6               // iterations, time, limits dropped, contacts elastic, their amounts
 #define IDYN_WBC_TASK_STRIDE 19       // numbers per task row (solvers.cpp TASK_STRIDE)
-#define IDYN_QPC_OPTIONS 5            // stage2, torque_limits, fast_path, dissipation, friction_margin
+#define IDYN_QPC_OPTIONS 6            // stage2, torque_limits, fast_path, dissipation, friction_margin, cop_margin
 #define IDYN_QPC_INFO 9               // ..., dropped, stage1 rescued, non-penetration relaxed, its amount
 #define IDYN_PIDC_OPTIONS 4           // regularization, fast_path, internal_force_weight, rcond
 #define IDYN_PIDC_INFO 8              // iterations, time, binding inequalities, stage1_loose, friction_elastic,

@@ -523,6 +523,7 @@ struct Qpc {
   const double* basis;          // ContactSet.basis (k x 3 x 3), rows t1, t2, n
   const double* phi;            // ContactSet.phi (k)
   const double* max_normal_force;  // ContactSet.max_normal_force (k)
+  std::vector<int> body;  // each contact's body (parent joint): a flat foot's points share one
   long version = -1;
   bool stage2_ok = false, stage2_limited = true;
   long fast_path_ticks = 0, stage2_failures = 0, non_penetration_dropped = 0, stage1_rescued = 0;
@@ -543,11 +544,11 @@ struct Qpc {
       const double* phi_, const double* bound)
       : engine(e), d(engine_dims(*e)), dt(dt_), unilateral_only(unilateral),
         stage1(3 * d.k, 0, (PYRAMID_ROWS + 1) * d.k, warm, eps_abs, 100),
-        stage2(3 * d.k, d.nb, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100),
+        stage2(3 * d.k, d.nb, PYRAMID_ROWS * d.k + d.na + d.k, warm, eps_abs, 100),
         stage1_unit(3 * d.k, 0, (PYRAMID_ROWS + 1) * d.k, warm, eps_abs, RESCUE_MAX_ITER,
                     STRICT_INFEASIBILITY_TOLERANCE),
         friction_rows(rows), basis(basis_),
-        phi(phi_), max_normal_force(bound), f(VectorXd::Zero(3 * d.k)), f_unit(VectorXd::Zero(3 * d.k)), qdd(VectorXd::Zero(d.nv)), qdd_b(d.nb), vq_plus(d.na), p(d.nb), wv(d.nb),
+        phi(phi_), max_normal_force(bound), body(d.k), f(VectorXd::Zero(3 * d.k)), f_unit(VectorXd::Zero(3 * d.k)), qdd(VectorXd::Zero(d.nv)), qdd_b(d.nb), vq_plus(d.na), p(d.nb), wv(d.nb),
         tau0(d.na), tau1(d.na), v_plus(d.nv), gap(d.k), base_wrench(d.nb), rhs_h(d.nb), Z(d.nb, 3 * d.k),
         N(d.k, d.nv), rhs_b(d.nb, 1), A_chol(d.nb) {
     vb_star.resize(d.nb);
@@ -559,6 +560,30 @@ struct Qpc {
     wrench_residual.resize(d.nb);
     cq.resize(3 * d.k);
     G.resize(d.nb, d.nb);
+    for (int i = 0; i < d.k; ++i) body[i] = engine_contact_body(*e, i);
+  }
+
+  // Stage II's centre-of-pressure rows (option cop_margin = c; qp_contact._fill_cop_rows):
+  // each active point of a body with several active points keeps n_iᵀf_i ≥ c · mean_j n_jᵀf_j
+  // over that body's active points; other rows are free. At a contact switch only.
+  void fill_cop_rows(const std::uint8_t* active, double margin) {
+    const int k = d.k, r0 = PYRAMID_ROWS * k + d.na;
+    auto C = stage2.C.middleRows(r0, k);
+    C.setZero();
+    stage2.l.segment(r0, k).setConstant(-INF);
+    stage2.u.segment(r0, k).setConstant(INF);
+    if (margin == 0.0) return;
+    for (int i = 0; i < k; ++i) {
+      if (!active[i]) continue;
+      int members = 0;
+      for (int j = 0; j < k; ++j) members += active[j] && body[j] == body[i];
+      if (members < 2) continue;
+      for (int j = 0; j < k; ++j)
+        if (active[j] && body[j] == body[i])
+          C.block<1, 3>(i, 3 * j) -= (margin / members) * Eigen::Map<const Eigen::RowVector3d>(basis + 9 * j + 6);
+      C.block<1, 3>(i, 3 * i) += Eigen::Map<const Eigen::RowVector3d>(basis + 9 * i + 6);
+      stage2.l[r0 + i] = 0.0;
+    }
   }
 
   // Whether some forces of the active contacts (friction aside) give the base wrench
@@ -639,7 +664,7 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
   const double dt = c.dt;
   const bool stage2 = options[0] != 0.0, torque_limits = options[1] != 0.0, fast_path = options[2] != 0.0;
   const int dissipation = static_cast<int>(options[3]);
-  const double friction_margin = options[4];
+  const double friction_margin = options[4], cop_margin = options[5];
   Eigen::Map<const VectorXd> tau_max(tau_max_p, na);
   Eigen::Map<const VectorXd> phi(c.phi, k);
   c.qdd = Eigen::Map<const VectorXd>(qdd_des_p, nv);
@@ -664,6 +689,7 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
         for (int r = 0; r < 4; ++r) c.stage2.C.block<1, 3>(PYRAMID_ROWS * i + r, 3 * i) += friction_margin * mu_n.transpose();
       }
     }
+    c.fill_cop_rows(active, cop_margin);
     c.version = version;
   }
   const double scale2 = nb ? 1.0 / t.M(0, 0) : 1.0;  // Stage II: forces per unit mass

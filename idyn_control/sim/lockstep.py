@@ -105,7 +105,8 @@ class Scenario:
             "balance" (standing, ``gait=False``: weight shifts and squats,
             :class:`~idyn_control.sim.tasks.BalanceTask`).
         balance: overrides of :class:`~idyn_control.sim.tasks.BalanceConfig` fields (task
-            "balance").
+            "balance") or of :class:`~idyn_control.sim.tasks.StepConfig` fields (task "steps":
+            stepping in place on two soles, ``gait=False``).
         terrain: "plane" (``friction``, ``compliant``) or "heightmap" (seed 000 §7.5: rigid
             bumps ≤ 3 cm, per-patch μ ~ U(0.1, 1.5), drawn from ``terrain_seed``); the
             controller is told the local normal and μ under each foot in contact.
@@ -154,8 +155,8 @@ class Scenario:
             raise ConfigError("velocity", self.velocity, "must be 3 finite values (vx, vy, yaw rate)")
         if self.task not in TASKS:
             raise ConfigError("task", self.task, f"must be one of {TASKS}")
-        if self.task == "balance" and self.gait:
-            raise ConfigError("task", self.task, "balance is standing: set gait=False")
+        if self.task in ("balance", "steps") and self.gait:
+            raise ConfigError("task", self.task, f"{self.task} is standing: set gait=False")
         if self.terrain not in TERRAINS:
             raise ConfigError("terrain", self.terrain, f"must be one of {TERRAINS}")
         self.faults = Faults.from_dict(self.faults)
@@ -178,6 +179,7 @@ class LockstepRunner:
     def __init__(self, scenario: Scenario):
         scenario.validate()
         self.scenario = s = scenario
+        self.task = None  # the last run's task (sim.tasks), for its log
         friction = 1e3 if s.friction == math.inf else s.friction
         self.spec = spec = robots.spec(s.robot)
         self.robot = robots.load(spec, friction=friction if (spec.contact_frames or spec.hand) else None)
@@ -265,12 +267,13 @@ class LockstepRunner:
         next_report = 1.0
         x_report = float(q[0])
         trotting = False
-        task = make_task(s.task, ticks, balance=s.balance) if gait is not None else None
+        task = self.task = make_task(s.task, ticks, balance=s.balance) if gait is not None else None
         faults = FaultInjector(self._resolved_faults(), s.dt, robot.nq, robot.nv, k) if s.faults.active else None
         predictor = StatePredictor(self.controller.model, faults.horizon) if faults is not None else None
         pred_err = [0.0, 0.0]  # the prediction's largest error: base position [m], joint [rad]
         tick, gait = self._compiled_tick() if s.compiled and faults is None else (None, gait)
         tau = np.zeros(robot.na)
+        compiled_ticks = 0
         q_meas, v_meas, mask_meas = q, v, mask  # what the simulator measured
         for n in range(ticks):
             t = n * s.dt
@@ -304,6 +307,7 @@ class LockstepRunner:
             t0 = time.perf_counter()
             if tick is not None and n > 0 and tick.run(t, q, v, mask, 0.0, tau) == 0:  # the gait's tick included
                 cmd = Command(tau=tau, result=None, source="formulation", saturated=tick.saturated)
+                compiled_ticks += 1
             elif tick is not None:  # the first tick, or a failed solve: the Python tick runs it
                 tick.hand_over()
                 gait.update(t, q, v, mask)
@@ -365,6 +369,8 @@ class LockstepRunner:
         if task is not None:  # a cyclic path: its end-to-end displacement is no speed
             metrics.pop("speed_m_s", None)
             metrics.update(task.metrics(trace.t[:trace.n], trace.q[:trace.n], gait.config.period))
+        if tick is not None:  # as the node's compiled loop reports it
+            metrics["compiled_tick_fraction"] = compiled_ticks / max(trace.n, 1)
         if self.terrain is not None:
             metrics["surface_updates"] = self.surface_updates
         if faults is not None:

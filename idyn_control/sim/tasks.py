@@ -27,10 +27,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pinocchio as pin
 
 from ..errors import ConfigError, UnknownNameError
 
-TASKS = ("trot", "waypoints", "balance")
+TASKS = ("trot", "waypoints", "balance", "steps")
 
 #: seed 000 Fig. 17, visited in this order and then again from the first [m]
 SEED000_WAYPOINTS: tuple[tuple[float, float], ...] = ((0.0, 0.0), (0.25, 0.0), (0.0, 0.25), (0.0, -0.25),
@@ -282,14 +283,165 @@ class BalanceTask:
                                     for k, name in enumerate(("stand", "shift", "squat"))}}
 
 
-def make_task(name: str, ticks: int = 0, balance: dict | None = None) -> WaypointPolicy | BalanceTask | None:
+@dataclass
+class StepConfig:
+    """Stepping in place on two feet (a humanoid's soles), quasi-static: stand, then per
+    step bring the centre of mass over the stance foot (a half-cosine shift of the body
+    offset) and lift the other foot in place; the feet alternate, the right one first; at
+    the end the body returns between the feet.
+
+    Attributes:
+        stand_s: standing still first [s].
+        steps: feet lifted, alternating.
+        shift_s: one shift from between the feet over one foot [s] (from one foot over the
+            other: twice this); its peak rate must stay within the gait's
+            ``stand_shift_speed`` (G1: 0.1 m/s for 3 s).
+        shift_fraction: how far the centre of mass goes, as a fraction of the half distance
+            between the feet (1: over the stance foot's centre; the base goes further, by
+            :func:`_com_per_base_shift`).
+        swing_s: one lift [s]; hold_s: over the stance foot after the lift [s] (the foot
+            lands and loads).
+        step_height_m: the lifted foot's apex [m].
+    """
+
+    stand_s: float = 1.0
+    steps: int = 2
+    shift_s: float = 3.0
+    shift_fraction: float = 1.0
+    swing_s: float = 0.6
+    hold_s: float = 0.4
+    step_height_m: float = 0.03
+
+    def validate(self) -> None:
+        for key in ("stand_s", "shift_s", "swing_s", "hold_s", "step_height_m"):
+            if not (np.isfinite(getattr(self, key)) and getattr(self, key) >= 0.0):
+                raise ConfigError(key, getattr(self, key), "must be finite and ≥ 0")
+        if self.swing_s <= 0.0 or self.shift_s <= 0.0:
+            raise ConfigError("swing_s", (self.swing_s, self.shift_s), "shift_s and swing_s must be > 0 [s]")
+        if not 0.0 <= self.shift_fraction <= 1.0:
+            raise ConfigError("shift_fraction", self.shift_fraction, "must be in [0, 1]")
+        if self.steps < 0:
+            raise ConfigError("steps", self.steps, "must be ≥ 0")
+
+    @property
+    def duration_s(self) -> float:
+        if not self.steps:
+            return self.stand_s
+        # shifts: in (1), between the feet (2 each) after each but the last step, back (1)
+        return self.stand_s + (2 * self.steps) * self.shift_s + self.steps * (self.swing_s + self.hold_s)
+
+
+class StepTask:
+    """Stepping in place (:class:`StepConfig`) on a robot with two feet of several contact
+    points each (the corners of its soles, grouped by the link they are on): body offsets
+    (:meth:`Gait.set_body_offset`) and lifts (:meth:`Gait.lift`, the Python gait).
+
+    Attributes:
+        phase_log: per call, 0 stand, 1 shift, 2 a foot lifted, 3 hold (when ``ticks`` was given).
+        lifts: (time [s], contact indices) of each lift commanded.
+    """
+
+    def __init__(self, config: StepConfig | None = None, ticks: int = 0):
+        self.config = config or StepConfig()
+        self.config.validate()
+        self.phase_log = np.zeros(ticks, dtype=np.int8)
+        self.lifts: list[tuple[float, np.ndarray]] = []
+        self._n = 0
+        self._feet: tuple[np.ndarray, np.ndarray] | None = None  # (left, right) contact indices
+        self._half_width = 0.0
+        #: per shift: (start [s], from y [m], to y [m], duration [s], foot lifted after it: 0 left, 1 right, −1 none)
+        self._plan: list[tuple[float, float, float, float, int]] = []
+        self._lifted: set[int] = set()  # plan entries whose lift was commanded
+
+    def _setup(self, gait) -> None:
+        model = gait.model
+        bodies = np.array([model.pin_model.frames[f].parentJoint for f in model.contact_frame_ids])
+        groups = [np.flatnonzero(bodies == b) for b in np.unique(bodies)]
+        if len(groups) != 2:
+            raise ConfigError("task", "steps", f"steps on two feet; this robot's contacts are on {len(groups)} bodies")
+        if not hasattr(gait, "lift"):
+            raise ConfigError("task", "steps", "stepping runs on the Python gait (Scenario compiled=False)")
+        y = [float(gait.foot_offsets[g, 1].mean()) for g in groups]
+        left, right = (groups[0], groups[1]) if y[0] > y[1] else (groups[1], groups[0])
+        self._feet = (left, right)
+        self._half_width = 0.5 * abs(y[0] - y[1])
+        c = self.config
+        # the body offset moves the base; the centre of mass moves less (the feet stay)
+        amplitude = c.shift_fraction * self._half_width / _com_per_base_shift(gait, self._half_width)
+        if c.steps and math.pi * amplitude / (2.0 * c.shift_s) > gait.config.stand_shift_speed:
+            raise ConfigError("shift_s", c.shift_s, f"a {amplitude:.3f} m shift that fast outruns the gait's "
+                              f"stand_shift_speed {gait.config.stand_shift_speed} m/s: raise either")
+        t, y_now = c.stand_s, 0.0
+        for k in range(c.steps):
+            stance_left = k % 2 == 0  # the right foot steps first
+            y_to = amplitude if stance_left else -amplitude
+            duration = c.shift_s * abs(y_to - y_now) / amplitude if amplitude else c.shift_s
+            self._plan.append((t, y_now, y_to, duration, 1 if stance_left else 0))
+            t += duration + c.swing_s + c.hold_s
+            y_now = y_to
+        if c.steps:
+            self._plan.append((t, y_now, 0.0, c.shift_s, -1))
+
+    def offset(self, t: float) -> tuple[float, float, int, int]:
+        """(y offset [m], its rate [m/s], phase, plan entry) at time ``t`` [s]."""
+        c = self.config
+        if not self._plan or t < self._plan[0][0]:
+            return 0.0, 0.0, 0, -1
+        entry = max(i for i, p in enumerate(self._plan) if t >= p[0])
+        start, y0, y1, duration, foot = self._plan[entry]
+        u = t - start
+        if u < duration:  # half cosine from y0 to y1
+            s = u / duration
+            return (y0 + (y1 - y0) * 0.5 * (1.0 - math.cos(math.pi * s)),
+                    (y1 - y0) * 0.5 * math.pi / duration * math.sin(math.pi * s), 1, entry)
+        if foot < 0:
+            return y1, 0.0, 0, entry
+        return y1, 0.0, 2 if u < duration + c.swing_s else 3, entry
+
+    def drive(self, t: float, q: np.ndarray, gait, active: bool = True) -> None:
+        """Command ``gait`` for this tick: the body offset, and the entry's lift once the
+        shift is done."""
+        if self._feet is None:
+            self._setup(gait)
+        y, rate, phase, entry = self.offset(t)
+        gait.set_body_offset((0.0, y, 0.0), (0.0, rate, 0.0))
+        if phase == 2 and entry not in self._lifted:
+            feet = self._feet[self._plan[entry][4]]
+            gait.lift(feet, t, self.config.swing_s, self.config.step_height_m)
+            self._lifted.add(entry)
+            self.lifts.append((t, feet.copy()))
+        if self._n < self.phase_log.size:
+            self.phase_log[self._n] = phase
+        self._n += 1
+
+    def metrics(self, t: np.ndarray, q: np.ndarray, period_s: float) -> dict:
+        return {"steps_lifted": len(self.lifts)}
+
+
+def _com_per_base_shift(gait, shift_m: float) -> float:
+    """How far the centre of mass moves sideways per metre the standing base moves
+    sideways with the feet kept where they are (the gait's inverse kinematics), at the
+    robot's standing pose: < 1, the legs stay behind."""
+    from ..gait import moved_base_configuration
+
+    model, q = gait.model, gait.q_standing
+    shifted = moved_base_configuration(model, q, (0.0, shift_m, 0.0), ik_iterations=20)
+    data = model.pin_model.createData()
+    moved = pin.centerOfMass(model.pin_model, data, shifted)[1] - pin.centerOfMass(model.pin_model, data, q)[1]
+    return float(moved / shift_m)
+
+
+def make_task(name: str, ticks: int = 0, balance: dict | None = None) -> WaypointPolicy | BalanceTask | StepTask | None:
     """``"trot"`` → None (the scenario's constant velocity); ``"waypoints"`` → a policy;
     ``"balance"`` → a :class:`BalanceTask` (the robot stands: Scenario ``gait=False``) of
-    the :class:`BalanceConfig` fields in ``balance``."""
+    the :class:`BalanceConfig` fields in ``balance``; ``"steps"`` → a :class:`StepTask`
+    (stands too) of the :class:`StepConfig` fields in ``balance``."""
     if name == "trot":
         return None
     if name == "waypoints":
         return WaypointPolicy(ticks=ticks)
     if name == "balance":
         return BalanceTask(BalanceConfig(**(balance or {})), ticks=ticks)
+    if name == "steps":
+        return StepTask(StepConfig(**(balance or {})), ticks=ticks)
     raise UnknownNameError("task", name, TASKS)
