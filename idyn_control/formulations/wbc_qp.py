@@ -117,7 +117,7 @@ class WbcQp(Formulation):
         o = self.options
         self.qp = QpSolver(self.nx, nb + 3 * k, PYRAMID_ROWS * k + na,
                            solver=o["solver"], warm_start=o["warm_start"], eps_abs=o["eps_abs"],
-                           infeasibility_tolerance=STRICT_INFEASIBILITY_TOLERANCE)
+                           infeasibility_tolerance=STRICT_INFEASIBILITY_TOLERANCE, guess=True)
         # the last resort: contact rows as penalties (module doc), base rows kept
         self.qp_elastic = QpSolver(self.nx, nb, PYRAMID_ROWS * k + na,
                                    solver=o["solver"], warm_start=o["warm_start"], eps_abs=o["eps_abs"],
