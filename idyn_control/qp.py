@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import proxsuite
-from scipy import linalg
+from scipy.linalg import lapack
 
 from .errors import UnknownNameError
 
@@ -223,32 +223,35 @@ class QpSolver:
         equalities at the bound the working set names. Allocates (the reference; the
         compiled tick has the same steps in place)."""
         n_eq, tol = self.n_eq, self.eps_abs
-        try:
-            L = np.linalg.cholesky(self.H)
-        except np.linalg.LinAlgError:
+        # triangular inverses and products: LAPACK's triangular solves with many right-hand
+        # sides run multi-threaded on these sizes, and a starved BLAS thread under
+        # SCHED_FIFO held a G1 tick for 10 ms
+        L, info = lapack.dpotrf(self.H, lower=1)
+        if info:
             return 0
-        w = linalg.solve_triangular(L, self.g, lower=True)  # L⁻¹ g
+        L_inv, _ = lapack.dtrtri(L, lower=1)
+        w = L_inv @ self.g  # L⁻¹ g
         fixed = (self.l == self.u) & (np.abs(self.l) < INF)
         work = np.where(fixed, 0, self.working)
         for step in range(1, GUESS_STEPS + 1):
             rows = np.flatnonzero(fixed | (work != 0))
             E = np.vstack((self.A, self.C[rows]))
             e = np.concatenate((self.b, np.where(work[rows] < 0, self.l[rows], self.u[rows])))
-            V = linalg.solve_triangular(L, E.T, lower=True)  # L⁻¹ Eᵀ
+            V = L_inv @ E.T  # L⁻¹ Eᵀ
             S = V.T @ V  # E H⁻¹ Eᵀ, scaled to a unit diagonal (rows in newtons beside rows per unit mass)
             d = S.diagonal().copy()
             s_ = np.where(d > 0.0, 1.0 / np.sqrt(np.where(d > 0.0, d, 1.0)), 1.0)
             S *= s_[:, None] * s_[None, :]
             S[np.diag_indices_from(S)] += GUESS_REGULARIZATION
-            try:
-                factor = linalg.cho_factor(S, lower=True)
-            except linalg.LinAlgError:
+            L_S, info = lapack.dpotrf(S, lower=1)
+            if info:
                 return -step
-            lam = -s_ * linalg.cho_solve(factor, s_ * (e + V.T @ w))
-            x = -linalg.solve_triangular(L.T, w + V @ lam, lower=False)
+            L_S_inv, _ = lapack.dtrtri(L_S, lower=1)
+            lam = -s_ * (L_S_inv.T @ (L_S_inv @ (s_ * (e + V.T @ w))))
+            x = -L_inv.T @ (w + V @ lam)
             # one step of iterative refinement takes out what the Tikhonov term left on E x = e
-            lam += s_ * linalg.cho_solve(factor, s_ * (E @ x - e))
-            x = -linalg.solve_triangular(L.T, w + V @ lam, lower=False)
+            lam += s_ * (L_S_inv.T @ (L_S_inv @ (s_ * (E @ x - e))))
+            x = -L_inv.T @ (w + V @ lam)
             Cx = self.C @ x
             z = np.zeros(self.n_in)
             z[rows] = lam[n_eq:]
