@@ -143,7 +143,8 @@ class QpSolver:
         self.guess = guess and solver == "proxqp" and warm_start  # the working set is a warm start too
         #: per inequality row, the bound the last solution held it at: +1 upper, −1 lower, 0 none
         self.working = np.zeros(n_in, dtype=np.int8)
-        self._guessed = False  # the last solve was the guess's: ProxQP's own result is older
+        #: the last solve was certified by the guess (ProxQP's own result is older)
+        self.guessed = False
         self._qp = None
         if solver == "proxqp" and n > 0:
             self._qp = self._new_proxqp()
@@ -169,7 +170,7 @@ class QpSolver:
         """Forget the previous result: the next solve starts cold and re-initializes."""
         self._initialized = False
         self.working[:] = 0
-        self._guessed = False
+        self.guessed = False
 
     def set_row_bounds(self, row: int, lower: float, upper: float) -> None:
         """``l[row], u[row] = lower, upper``; when they move, the row's multiplier from the
@@ -190,14 +191,14 @@ class QpSolver:
         running ProxQP (a QP that may be infeasible, whose caller has another way).
         """
         t0 = time.perf_counter()
-        guessed = 0
+        steps = 0
         if self.n and self.guess:
-            guessed = self._solve_guess()
-            if guessed > 0:
-                self._guessed = True
-                return QpOutcome(self._x, self._y, self._z, SOLVED, guessed, time.perf_counter() - t0)
+            steps = self._solve_guess()
+            if steps > 0:
+                self.guessed = True
+                return QpOutcome(self._x, self._y, self._z, SOLVED, steps, time.perf_counter() - t0)
             if guess_only:
-                return QpOutcome(self._x, self._y, self._z, FAILED, -guessed, time.perf_counter() - t0)
+                return QpOutcome(self._x, self._y, self._z, FAILED, -steps, time.perf_counter() - t0)
         if self.n == 0:
             status, iters = SOLVED, 0
         elif self.solver == "proxqp":
@@ -213,7 +214,7 @@ class QpSolver:
             status, iters = self._solve_qpsolvers()
         if self.guess:
             self._hold_working_set(status)
-        return QpOutcome(self._x, self._y, self._z, status, iters - guessed, time.perf_counter() - t0)
+        return QpOutcome(self._x, self._y, self._z, status, iters - steps, time.perf_counter() - t0)
 
     def _solve_guess(self) -> int:
         """The working-set guess (``guess``): the number of active-set steps it took (> 0)
@@ -276,7 +277,7 @@ class QpSolver:
 
     def _hold_working_set(self, status: str) -> None:
         """After ProxQP: its multipliers name the rows at a bound, the next guess."""
-        self._guessed = False
+        self.guessed = False
         self.working[:] = 0
         if status == SOLVED:
             bounded = (self.l != self.u)
@@ -290,7 +291,7 @@ class QpSolver:
         A = self.A if self.n_eq else None
         b = self.b if self.n_eq else None
         C = self.C if self.n_in else None
-        if x0 is None and (self._stale_z or self._guessed) and self.warm_start and self._initialized:
+        if x0 is None and (self._stale_z or self.guessed) and self.warm_start and self._initialized:
             # the previous result, with the multipliers set_row_bounds dropped, or the
             # guess's (ProxQP's own is older)
             x0 = self._x

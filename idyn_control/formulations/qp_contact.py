@@ -54,6 +54,9 @@ always feasible: f = 0), counted in ``non_penetration_dropped``, and ``Result.re
 says how fast the answer lets a contact approach beyond its bound; when ProxQP stops at
 its cap on that problem too, it is solved once more per unit mass (``stage1_rescued``).
 
+Both stages first try the rows their last solution held at a bound (``QpSolver`` ``guess``,
+KKT conditions checked) and run ProxQP only when that does not certify the optimum.
+
 With ``backend`` "auto" (default) both stages run compiled (idyn_control.native, the same
 algorithm line for line) when the library is built, ``solver`` is ProxQP and Stage I is
 solved as a QP; the Python code below is the reference.
