@@ -73,6 +73,15 @@ NEW_ROBOTS = {
                 frames=["lf_foot", "rf_foot", "lh_foot", "rh_foot"],
                 joints=[f"{leg}_{j}_joint" for leg in ("lf", "rf", "lh", "rh") for j in ("haa", "hfe", "kfe")],
                 positions=[-0.2, 0.75, -1.5, -0.2, 0.75, -1.5, -0.2, -0.75, 1.5, -0.2, -0.75, 1.5]),
+    # Unitree Go1 (13 kg) and B1 (50 kg): the standing poses of their SRDFs
+    "go1": dict(urdf="package://example-robot-data/robots/go1_description/urdf/go1.urdf",
+                frames=["FL_foot", "FR_foot", "RL_foot", "RR_foot"],
+                joints=[f"{leg}_{j}_joint" for leg in ("FL", "FR", "RL", "RR") for j in ("hip", "thigh", "calf")],
+                positions=[0.0, 0.8, -1.853] * 4),
+    "b1": dict(urdf="package://example-robot-data/robots/b1_description/urdf/b1.urdf",
+               frames=["FL_foot", "FR_foot", "RL_foot", "RR_foot"],
+               joints=[f"{leg}_{j}_joint" for leg in ("FL", "FR", "RL", "RR") for j in ("hip", "thigh", "calf")],
+               positions=[0.0, 0.8, -1.6] * 4),
 }
 
 

@@ -1,7 +1,7 @@
 """The ROS demo beyond the project's quadruped: a robot from a YAML file only, and the humanoid.
 
-``idyn-control demo --config a1.yaml``: Unitree A1 and IIT's HyQ (87 kg), which the package does
-not ship, each from the file ``conftest.write_robot_file`` writes (no code), trot through the
+``idyn-control demo --config a1.yaml``: Unitree A1, Go1, B1 (50 kg) and IIT's HyQ (87 kg), which
+the package does not ship, each from the file ``conftest.write_robot_file`` writes (no code), trot through the
 bridge and the gait node.
 
 The humanoid: Unitree G1 stands, shifts its weight and squats through DDS.
@@ -59,8 +59,8 @@ def test_controller_params_describe_the_soles_and_the_balance_task():
 
 @pytest.mark.parametrize("name", sorted(NEW_ROBOTS))
 def test_a_robot_from_a_yaml_file_only_trots_through_ros(tmp_path, name):
-    """A1 (14 kg, its URDF by a package:// URI) and HyQ (87 kg, by a path relative to the
-    file) trot 3 s through the bridge and the gait node at the demo's 0.2 m/s."""
+    """A1, Go1 (13 kg), B1 (50 kg) (their URDFs by a package:// URI) and HyQ (87 kg, by a path
+    relative to the file) trot 3 s through the bridge and the gait node at the demo's 0.2 m/s."""
     pytest.importorskip("mcap")
     path = write_robot_file(tmp_path, name)
     out = tmp_path / "demo"
