@@ -307,3 +307,45 @@ def test_g1_steps_in_place_with_wbc_qp(g1):
     end = fz[-200:]
     for sole in (end[:, :4], end[:, 4:]):  # back between the feet: both soles loaded
         assert sole.sum(axis=1).min() > 0.2 * weight
+
+
+#: PAL's Talos (90 kg, 32 joints), which the package does not ship, as a user describes it:
+#: its soles as 20 × 13 cm rectangles under the ankle links, the half-sitting pose of its SRDF
+TALOS = {
+    "robot": "talos",
+    "urdf_path": "package://example-robot-data/robots/talos_data/robots/talos_reduced.urdf",
+    "contacts": {"friction": 0.8, "surfaces": {
+        "links": ["leg_left_6_link", "leg_right_6_link"],
+        "corners": [-0.1, 0.065, -0.107, -0.1, -0.065, -0.107, 0.1, 0.065, -0.107, 0.1, -0.065, -0.107]}},
+    "standing_pose": {
+        "joints": [f"leg_{side}_{j}_joint" for side in ("left", "right") for j in (3, 4, 5)]
+        + ["arm_left_2_joint", "arm_right_2_joint", "arm_left_4_joint", "arm_right_4_joint"],
+        "positions": [-0.411354, 0.859395, -0.448041] * 2 + [0.1, -0.1, -0.5, -0.5]},
+    "controller": {"joint_kp": [400.0], "joint_kd": [40.0], "base_kp": 100.0, "base_kd": 20.0, "safe_output": "hold"},
+    "formulation_defaults": {"qp_coulomb": {"cop_margin": 0.2}},
+}
+
+
+@pytest.mark.parametrize("formulation", ["wbc_qp", "qp_coulomb"])
+def test_a_humanoid_from_a_users_file_stands_shifts_and_squats(formulation, tmp_path):
+    """A second humanoid, twice G1's size, from a file written here (no code): Talos stands,
+    shifts its weight from foot to foot and squats in the compiled lock-step loop, every
+    corner of both soles measured pushing on every tick (each centre of pressure inside its
+    sole), the predicted forces the simulator's."""
+    import yaml
+
+    from idyn_control import config
+
+    path = tmp_path / "talos.yaml"
+    path.write_text(yaml.safe_dump({config.NODE_NAME: {"ros__parameters": TALOS}}))
+    run = run_scenario(Scenario(robot=str(path), formulation=formulation, gait=False, duration=8.0,
+                                friction=0.8, task="balance", compiled=True))
+    m, tr = run.metrics, run.trace
+    assert not m["fell"] and tr.fallback.sum() == 0 and m["compiled_tick_fraction"] >= 0.999
+    meas = tr.f_meas[tr.t >= 0.1, :, 2]
+    for sole in (slice(0, 4), slice(4, 8)):
+        assert np.all(meas[:, sole].min(axis=1) >= 0.03 * meas[:, sole].sum(axis=1))
+    y0, z0 = tr.q[int(0.9 / 1e-3), 1], tr.q[int(0.9 / 1e-3), 2]
+    assert tr.q[:, 1].max() - y0 > 0.03 and y0 - tr.q[:, 1].min() > 0.03
+    assert z0 - tr.q[:, 2].min() > 0.05
+    assert m["force_error_sum_rel"] < 0.01
