@@ -61,6 +61,10 @@ def cmd_bench(args) -> int:
     from . import bench
 
     entries = [n for n in args.formulations.split(",") if n]
+    if args.scenarios is None:  # a robot on flat feet does not trot: its balance task instead
+        from . import robots
+
+        args.scenarios = "standing,balance" if robots.spec(args.robot).surfaces else "standing,trot"
     scenarios = [s for s in args.scenarios.split(",") if s]
     for s in scenarios:
         if s not in bench.SCENARIOS:
@@ -186,7 +190,9 @@ def main(argv=None) -> int:
     p.add_argument("--formulations", default="qp_coulomb,wbc_qp",
                    help="comma-separated name[:backend][@region]; backend native (default) or python, "
                         "region controller or compiled (default: both)")
-    p.add_argument("--scenarios", default="standing,trot", help="comma-separated: standing, trot")
+    p.add_argument("--scenarios", default=None,
+                   help="comma-separated: standing, trot, balance (default: standing,trot; a robot on "
+                        "flat feet, contacts.surfaces: standing,balance)")
     p.add_argument("--ticks", type=int, default=20_000, help="timed ticks per variant and scenario")
     p.add_argument("--rounds", type=int, default=10, help="rounds the ticks are split into (ratio spread)")
     p.add_argument("--block", type=int, default=250, help="ticks per block (peer and project alternate)")
