@@ -334,9 +334,10 @@ class ControllerNode(InputsMixin, MonitoringMixin, NativeLoopMixin, LoopMixin, L
         self._watchdog_tripped = False
         # input gaps bridged on the predicted state (prediction_horizon): the predictor, its
         # ticks, the gaps begun, those that outlasted the horizon (then the watchdog's safe
-        # output), and the current prediction's age [s] (0: none; the gait's clock runs on it)
+        # output), and the current prediction's age [s] (0: none; the gait's clock runs on it);
+        # ticks at the gap's end with the joint states back before the other state inputs
         self._predictor = StatePredictor(model, self._node_params["prediction_horizon"])
-        self._predicted_ticks = self._input_gaps = self._prediction_expired = 0
+        self._predicted_ticks = self._input_gaps = self._prediction_expired = self._resumed_ticks = 0
         self._prediction_age_s = 0.0
         self._prediction_from = 0.0  # receive time [s, monotonic] of the input the prediction started from
         self._last_source = "none"

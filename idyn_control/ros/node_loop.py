@@ -389,6 +389,15 @@ class LoopMixin:
                          and (not m.floating_base or t_in["joint_states"] - t_in["odom"] < timeout)
                          and (t_in["contact_states"] == 0.0 or t_in["joint_states"] - t_in["contact_states"] < timeout))
             fresh = fresh or predicted
+            # a bridged gap ends one topic at a time (no order across topics): the joint
+            # states back, odometry or contact estimates still behind within the horizon.
+            # Not a trip: the last command once more. (Odometry that stops alone, with no
+            # gap bridged just before, still trips.)
+            resuming = (have and not fresh and horizon > 0.0 and mode == ACTIVE and not self._need_reset
+                        and now - t_in["joint_states"] < timeout
+                        and 0.0 < now - self._prediction_from <= horizon + timeout
+                        and (not m.floating_base or now - t_in["odom"] <= horizon)
+                        and (t_in["contact_states"] == 0.0 or now - t_in["contact_states"] <= horizon))
             # measured forces: once one arrived, every contact's (a missing one would read zero)
             stale_forces = self._measured_any and now - self._meas_t.min() >= timeout
             if have and stale_forces:
@@ -406,6 +415,10 @@ class LoopMixin:
                 np.greater_equal(self._in_contacts, self._node_params["contacts.threshold"], out=self._mask)
         if not have:
             return  # nothing measured yet: stay silent (the effort controller still holds zero)
+        if resuming and not stale_forces:
+            self._resumed_ticks += 1
+            self._publish_command()
+            return
         if fresh and predicted:
             self._predict_state(age)
         elif self._predictor.active:  # fresh input again, or the safe output

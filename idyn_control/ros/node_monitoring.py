@@ -90,6 +90,7 @@ class MonitoringMixin:
             "input_gaps": self._input_gaps,
             "predicted_ticks": self._predicted_ticks,
             "prediction_expired": self._prediction_expired,
+            "resumed_ticks": self._resumed_ticks,
             "saturated_joint_ticks": self._saturated_joints,
             "rejected_parameters": self.rejected_parameters,
             "callback_exceptions": self.callback_exceptions,
