@@ -238,6 +238,7 @@ class Gait:
         self.v_joint_ref = np.zeros(model.na)
         self.a_joint_ref = np.zeros(model.na)
         self._q_ik = q0.copy()
+        self._q_measured = q0.copy()  # the last update's q (lift: where the feet are)
         self._J_feet = np.zeros((3 * k, model.nv))
         self._err = np.zeros(3 * k)
         self._rhs = np.zeros((3 * k, 2))
@@ -264,22 +265,27 @@ class Gait:
 
     def lift(self, feet: Sequence[int], t: float, duration: float, height: float) -> None:
         """Standing: step in place with ``feet`` (contact indices, e.g. one sole's corners):
-        from time ``t`` [s] they swing up by ``height`` [m] and back down onto their
-        footholds over ``duration`` [s] (the trot's swing profile), landing as a trot's feet
-        do (early on a sensed contact after ``early_touchdown`` of the swing, or late).
+        from time ``t`` [s] they swing from where they are (the last :meth:`update`'s state)
+        up by ``height`` [m] and back down onto their footholds over ``duration`` [s] (the
+        trot's swing profile), landing as a trot's feet do (early on a sensed contact after
+        ``early_touchdown`` of the swing, or late).
         Bring the centre of mass over the other feet first (:meth:`set_body_offset`): the
         gait does not move it."""
         if self.mode != "stand":
             raise ConfigError("gait", self.mode, "lift() steps in place while standing")
         if not (np.isfinite(duration) and duration > 0.0 and np.isfinite(height) and height >= 0.0):
             raise ConfigError("lift", (duration, height), "duration > 0 [s] and height ≥ 0 [m]")
+        pin.framesForwardKinematics(self.model.pin_model, self._data, self._q_measured)  # the last update's q
         for i in feet:
             if self.swinging[i]:
                 continue
             self.swinging[i] = True
             self._swing_start[i] = t
             self._swing_time[i], self._swing_height[i] = duration, height
-            self._liftoff[i] = self._stance_position[i]
+            # from where the foot is, not its foothold: a planted foot creeps (G1's left sole,
+            # 10 s on qp_coulomb: 2-4.7 mm inward), and a swing started at the foothold had
+            # the foot PD kick the leg sideways at lift-off: G1 rolled over its stance sole
+            self._liftoff[i] = self._data.oMf[self.model.contact_frame_ids[i]].translation
             self._touchdown[i] = self._stance_position[i]
             self._touchdown[i, 2] = self.ground_at(*self._touchdown[i, :2]) - self.config.touchdown_depth
 
@@ -360,6 +366,7 @@ class Gait:
         self.foot_velocity_ref[:] = 0.0
         self.foot_acceleration_ref[:] = 0.0
         self._q_ik[:] = q
+        self._q_measured[:] = q
         self.q_joint_ref[:] = q[self.model.joint_q_index]
         self.v_joint_ref[:] = 0.0
 
@@ -380,6 +387,7 @@ class Gait:
         pm = self.model.pin_model
         pin.framesForwardKinematics(pm, self._data, q)
         feet = [self._data.oMf[f].translation for f in self.model.contact_frame_ids]
+        self._q_measured[:] = q
 
         self._update_base(t, dt, q, v_world)
         if self.mode == "trot":

@@ -264,22 +264,53 @@ def test_g1_qp_coulomb_balances_compiled_with_every_corner_loaded(g1):
     assert m["force_error_sum_rel"] < 0.02
 
 
-def test_g1_steps_in_place_with_wbc_qp(g1):
+def test_lift_swings_a_crept_foot_from_where_it_is_back_onto_its_foothold(g1):
+    """Gait.lift: a planted foot creeps (G1's soles, 10 s of qp_coulomb standing: 2-4.7 mm
+    inward), so the swing starts where the foot is, not at its foothold, and lands on the
+    foothold. Started at the foothold, the foot's PD asked the swing leg for a sideways
+    kick at lift-off (4.7 mm: ~4 m/s²) and G1 rolled over its stance sole."""
+    from idyn_control.controller import Controller, ControllerConfig
+    from idyn_control.gait import Gait
+
+    q0 = robots.standing_configuration(g1, "g1", foot_height=0.005)
+    gait = Gait(Controller(g1, ControllerConfig(formulation="rnea")), q0)
+    v, down = np.zeros(g1.nv), np.ones(8, bool)
+    gait.reset(0.0, q0, v)
+    footholds = gait.foot_position_ref.copy()
+    crept = q0.copy()
+    crept[1] -= 0.004  # the whole robot 4 mm to the right: its feet off their footholds
+    gait.update(1e-3, crept, v, down)
+    pm, data = g1.pin_model, g1.pin_model.createData()
+    pin.framesForwardKinematics(pm, data, crept)
+    where = np.array([data.oMf[f].translation for f in g1.contact_frame_ids])
+    right = np.arange(4, 8)
+    gait.lift(right, 2e-3, 0.6, 0.03)
+    gait.update(2e-3, crept, v, down)
+    np.testing.assert_allclose(gait.foot_position_ref[right], where[right], atol=1e-12)  # s = 0: where it is
+    np.testing.assert_allclose(gait.foot_velocity_ref[right], 0.0, atol=1e-12)
+    gait.update(2e-3 + 0.6 * 0.9999, crept, v, ~np.isin(np.arange(8), right))  # the swing's end, in the air
+    np.testing.assert_allclose(gait.foot_position_ref[right, :2], footholds[right, :2], atol=1e-6)
+
+
+@pytest.mark.parametrize("formulation", ["wbc_qp", "qp_coulomb"])
+def test_g1_steps_in_place(g1, formulation):
     """Stepping in place on two soles (sim.tasks.StepTask, Gait.lift), quasi-static: the
     centre of mass goes over the left sole, the right sole lifts 3 cm and lands where it
     was, then the same on the other side, and the robot stands between its feet again.
-    With wbc_qp, held soles as rigid bodies, never elastic: the lifted sole carries nothing
-    and clears the ground, the stance sole carries the robot with every corner pushing (its
-    centre of pressure inside it), the predicted forces are the simulator's."""
+    wbc_qp holds the soles as rigid bodies, never elastic; qp_coulomb (g1.yaml's cop_margin)
+    never drops non-penetration. With both: the lifted sole carries nothing and clears the
+    ground, the stance sole carries the robot with every corner pushing (its centre of
+    pressure inside it), the predicted forces are the simulator's."""
     from idyn_control.sim.tasks import StepConfig
 
     duration = StepConfig().duration_s + 0.5
-    runner = LockstepRunner(Scenario(robot="g1", formulation="wbc_qp", gait=False, task="steps", friction=0.8,
+    runner = LockstepRunner(Scenario(robot="g1", formulation=formulation, gait=False, task="steps", friction=0.8,
                                      duration=duration, gait_config={"stand_shift_speed": 0.1}))
     run = runner.run()
     m, tr, f = run.metrics, run.trace, runner.controller.formulation
     assert not m["fell"] and tr.fallback.sum() == 0
-    assert f.relaxations() == {"torque_limits_dropped": 0}  # no elastic contact rows
+    relaxed = {"wbc_qp": "torque_limits_dropped", "qp_coulomb": "non_penetration_dropped"}[formulation]
+    assert f.relaxations() == {relaxed: 0}  # no elastic contact rows; non-penetration always held
     assert m["steps_lifted"] == 2 and m["force_error_sum_rel"] < 0.01
     lifts = runner.task.lifts
     assert [sorted(feet) for _, feet in lifts] == [[4, 5, 6, 7], [0, 1, 2, 3]]  # right sole first, then left
