@@ -233,25 +233,30 @@ class QpSolver:
         L_inv, _ = lapack.dtrtri(L, lower=1)
         w = L_inv @ self.g  # L⁻¹ g
         fixed = (self.l == self.u) & (np.abs(self.l) < INF)
-        work = np.where(fixed, 0, self.working)
+        # a held row whose bound went to infinity since (a lifted foot's freed rows, torque
+        # limits dropped) is free: held there it would only give NaN
+        work = np.where(fixed | ((self.working > 0) & (self.u >= INF)) | ((self.working < 0) & (self.l <= -INF)),
+                        0, self.working)
         for step in range(1, GUESS_STEPS + 1):
             rows = np.flatnonzero(fixed | (work != 0))
             E = np.vstack((self.A, self.C[rows]))
             e = np.concatenate((self.b, np.where(work[rows] < 0, self.l[rows], self.u[rows])))
             V = L_inv @ E.T  # L⁻¹ Eᵀ
-            S = V.T @ V  # E H⁻¹ Eᵀ, scaled to a unit diagonal (rows in newtons beside rows per unit mass)
-            d = S.diagonal().copy()
-            s_ = np.where(d > 0.0, 1.0 / np.sqrt(np.where(d > 0.0, d, 1.0)), 1.0)
-            S *= s_[:, None] * s_[None, :]
-            S[np.diag_indices_from(S)] += GUESS_REGULARIZATION
-            L_S, info = lapack.dpotrf(S, lower=1)
-            if info:
-                return -step
-            L_S_inv, _ = lapack.dtrtri(L_S, lower=1)
-            lam = -s_ * (L_S_inv.T @ (L_S_inv @ (s_ * (e + V.T @ w))))
-            x = -L_inv.T @ (w + V @ lam)
-            # one step of iterative refinement takes out what the Tikhonov term left on E x = e
-            lam += s_ * (L_S_inv.T @ (L_S_inv @ (s_ * (E @ x - e))))
+            lam = np.zeros(E.shape[0])
+            if E.shape[0]:  # (LAPACK rejects an empty matrix)
+                S = V.T @ V  # E H⁻¹ Eᵀ, scaled to a unit diagonal (rows in newtons beside rows per unit mass)
+                d = S.diagonal().copy()
+                s_ = np.where(d > 0.0, 1.0 / np.sqrt(np.where(d > 0.0, d, 1.0)), 1.0)
+                S *= s_[:, None] * s_[None, :]
+                S[np.diag_indices_from(S)] += GUESS_REGULARIZATION
+                L_S, info = lapack.dpotrf(S, lower=1)
+                if info:
+                    return -step
+                L_S_inv, _ = lapack.dtrtri(L_S, lower=1)
+                lam = -s_ * (L_S_inv.T @ (L_S_inv @ (s_ * (e + V.T @ w))))
+                x = -L_inv.T @ (w + V @ lam)
+                # one step of iterative refinement takes out what the Tikhonov term left on E x = e
+                lam += s_ * (L_S_inv.T @ (L_S_inv @ (s_ * (E @ x - e))))
             x = -L_inv.T @ (w + V @ lam)
             Cx = self.C @ x
             z = np.zeros(self.n_in)
@@ -276,13 +281,19 @@ class QpSolver:
         return -GUESS_STEPS
 
     def _hold_working_set(self, status: str) -> None:
-        """After ProxQP: its multipliers name the rows at a bound, the next guess."""
+        """After ProxQP: the rows its answer holds at a bound (within ``eps_abs``, with a
+        multiplier of that bound's sign), the next guess. The sign alone is not enough:
+        ProxQP leaves multipliers of ±1e-20 on rows far from their bounds (two thirds of the
+        rows it named on G1 and the quadrupeds' switching sequences, 1 N away), whose sign
+        is rounding noise, different in the compiled tick."""
         self.guessed = False
         self.working[:] = 0
         if status == SOLVED:
             bounded = (self.l != self.u)
-            self.working[bounded & (self._z > 0.0) & (self.u < INF)] = 1
-            self.working[bounded & (self._z < 0.0) & (self.l > -INF)] = -1
+            Cx = self.C @ self._x
+            tol = self.eps_abs
+            self.working[bounded & (self._z > 0.0) & (self.u < INF) & (Cx >= self.u - tol)] = 1
+            self.working[bounded & (self._z < 0.0) & (self.l > -INF) & (Cx <= self.l + tol)] = -1
 
     def _solve_proxqp(self, x0: np.ndarray | None) -> tuple[str, int]:
         qp = self._qp

@@ -204,7 +204,10 @@ struct Qp {
     gL.triangularView<Lower>().solveInPlace(gw);  // L⁻¹ g
     for (int i = 0; i < n_in; ++i) {
       fixed[i] = l[i] == u[i] && std::abs(l[i]) < INF;
-      work[i] = fixed[i] ? 0 : working[i];
+      // a row held at a bound that went to infinity since (a lifted foot's freed rows,
+      // torque limits dropped) is free: held there it would only give NaN
+      const bool gone = (working[i] > 0 && u[i] >= INF) || (working[i] < 0 && l[i] <= -INF);
+      work[i] = fixed[i] || gone ? 0 : working[i];
     }
     for (int step = 1; step <= GUESS_STEPS; ++step) {
       rows.clear();
@@ -288,15 +291,18 @@ struct Qp {
     return -GUESS_STEPS;
   }
 
-  // QpSolver._hold_working_set: after ProxQP its multipliers name the rows at a bound
+  // QpSolver._hold_working_set: after ProxQP the rows its answer holds at a bound (within
+  // eps_abs, with a multiplier of that bound's sign); the sign alone is rounding noise on
+  // rows far from their bounds
   void hold_working_set(int status) {
     guessed = false;
     std::fill(working.begin(), working.end(), 0);
     if (status != SOLVED) return;
+    gCx.noalias() = C * x;
     for (int i = 0; i < n_in; ++i) {
       if (l[i] == u[i]) continue;
-      if (z[i] > 0.0 && u[i] < INF) working[i] = 1;
-      else if (z[i] < 0.0 && l[i] > -INF) working[i] = -1;
+      if (z[i] > 0.0 && u[i] < INF && gCx[i] >= u[i] - eps_abs) working[i] = 1;
+      else if (z[i] < 0.0 && l[i] > -INF && gCx[i] <= l[i] + eps_abs) working[i] = -1;
     }
   }
 
