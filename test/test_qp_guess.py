@@ -87,3 +87,41 @@ def test_formulations_with_the_guess_answer_as_cold_proxqp(name, robot, load_rob
         assert warm.dynamics_residual(r_warm) <= 1e-6
         certified += any(qp.guessed for qp in qps)
     assert certified >= 20
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_working_set_after_proxqp_holds_only_rows_at_a_bound(seed):
+    """ProxQP leaves multipliers of ±1e-20 on rows far from their bounds: the next guess
+    holds only rows its answer puts at a bound (within eps_abs), whatever their sign."""
+    rng = np.random.default_rng(seed)
+    n, n_in = 8, 12
+    R = rng.normal(size=(n, n))
+    qp = QpSolver(n, 0, n_in, guess=True)
+    qp.H[:], qp.C[:] = R @ R.T + 0.1 * np.eye(n), rng.normal(size=(n_in, n))
+    qp.l[:], qp.u[:] = -1.0, 1.0
+    held = 0
+    for t in range(20):
+        qp.g[:] = 5.0 * rng.normal(size=n)  # a new optimum each time: ProxQP solves
+        qp.reset()
+        out = qp.solve()
+        assert out.ok and not qp.guessed
+        Cx = qp.C @ out.x
+        at = np.where(qp.working > 0, qp.u - Cx, np.where(qp.working < 0, Cx - qp.l, 0.0))
+        assert np.all(at <= qp.eps_abs), at
+        held += np.count_nonzero(qp.working)
+    assert held >= 20  # active rows are held
+
+
+def test_a_held_row_whose_bound_goes_to_infinity_is_released():
+    """A row held at its upper bound, then freed (a lifted foot's pyramid rows, torque
+    limits dropped): the guess releases it and certifies the new optimum, no NaN."""
+    qp = QpSolver(2, 0, 2, guess=True)
+    qp.H[:] = np.eye(2)
+    qp.g[:] = [-2.0, 0.5]
+    qp.C[:] = np.eye(2)
+    qp.l[:], qp.u[:] = -INF, 1.0
+    assert qp.solve().ok and qp.working.tolist() == [1, 0]
+    qp.u[0] = INF
+    out = qp.solve()
+    assert out.ok and qp.guessed and out.iterations == 1  # released up front, not by a step at ±inf
+    np.testing.assert_allclose(out.x, [2.0, -0.5], atol=1e-9)
