@@ -60,19 +60,20 @@ SCENARIOS = ("standing", "trot", "balance")
 #: statistics whose project/peer ratio is reported per round (wall time; cpu_*: thread CPU time)
 RATIO_STATS = ("p50_us", "p99_us", "p999_us", "max_us", "cpu_p50_us", "cpu_p99_us")
 REGIONS = ("controller", "compiled")
-#: per-tick records of the compiled region: phase times [s], ProxQP iterations, fast path taken
+#: per-tick records of the compiled region: phase times [s], QP iterations (ProxQP's and the working-set
+#: guess's active-set steps), fast path taken
 PHASES = ("engine", "layer", "solver", "qp_solve", "clamp", "iterations", "fast_path")
 #: the trot recording: trot from 0.5 s at 0.2 m/s, replayed from SETTLE_S on (periodic gait)
 TROT_START_S, TROT_VELOCITY, SETTLE_S = 0.5, (0.2, 0.0, 0.0), 1.5
 
 TIMED_REGIONS = {
     "controller": "Controller.update(q, v, contact_mask): input checks, contact set, Pinocchio pass, "
-                  "kinematic layer, formulation (QP assembly + ProxQP solve), Result, safety clamp; "
+                  "kinematic layer, formulation (QP assembly + QP solve), Result, safety clamp; "
                   "Pinocchio, kinematic layer and QP compiled (backend native), the rest Python",
     "compiled": "the node's compiled routine tick without ROS: state copy, contact-set switch when the "
                 "schedule changes (Python, rare), then the three compiled calls back to back through "
                 "the pybind11 binding (Pinocchio pass: crba, nonlinear effects, contact Jacobians and drifts; kinematic "
-                "layer: q̈_des from the references; formulation: QP assembly + ProxQP solve + τ), then the "
+                "layer: q̈_des from the references; formulation: QP assembly + QP solve + τ), then the "
                 "effort clamp",
     "peer": "PlaCo: contact switches when the schedule changes (contact.active, foot task hard/soft), "
             "robot.state.q/qd = state, robot.update_kinematics(), solver.solve(False) (tasks' errors "
@@ -411,7 +412,7 @@ class ProjectTick:
         else:
             raise ValueError(f"{self.formulation}: no compiled QP")
         self._solver_call = (solver._ext.solve, tail)
-        self._solver_info = solver.info  # [iterations, ProxQP solve time [s], ...]
+        self._solver_info = solver.info  # [iterations, QP solve time [s], ...]
         self._tau_cmd = np.zeros(f.model.na)
         self._status_names = native.STATUS
 
@@ -495,7 +496,8 @@ class ProjectTick:
 
     def phase_summary(self) -> dict:
         """Where the compiled tick's time goes: p50/p99 [µs] of each phase (``qp_solve``:
-        ProxQP's own timer, part of ``solver``), ProxQP iterations per tick and, for
+        the QP solver's own timer: working-set guess and ProxQP, part of ``solver``), QP
+        iterations per tick (ProxQP's and the guess's active-set steps) and, for
         qp_coulomb, the share of ticks its fast path (Stage II alone) served and the solver
         time with and without it."""
         if not self.phases:
@@ -726,7 +728,7 @@ def format_report(report: dict) -> str:
             if not ph:
                 continue
             text = (f"  {r['formulation']} compiled, p50 µs: engine {ph['engine']['p50_us']:.1f}, layer "
-                    f"{ph['layer']['p50_us']:.1f}, solver {ph['solver']['p50_us']:.1f} (ProxQP "
+                    f"{ph['layer']['p50_us']:.1f}, solver {ph['solver']['p50_us']:.1f} (QP "
                     f"{ph['qp_solve']['p50_us']:.1f}, {ph['iterations']['p50']:.0f} iterations, p99 "
                     f"{ph['iterations']['p99']:.0f}), clamp {ph['clamp']['p50_us']:.1f}")
             if "fast_path_share" in ph:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import proxsuite
+from scipy.linalg import lapack
 
 from .errors import UnknownNameError
 
@@ -40,6 +41,14 @@ STRICT_INFEASIBILITY_TOLERANCE = 1e-9
 #: acceleration left at the feet is 5 % above its minimum at 1e4, 0.3 % at 1e6, where
 #: ProxQP hit its iteration cap on 7 % of the ticks)
 ELASTIC_WEIGHT = 1e4
+
+#: active-set steps of the working-set guess (QpSolver ``guess``) before ProxQP takes over:
+#: along the Solo12 trot (66 contact switches) every qp_coulomb stage settled within 4
+GUESS_STEPS = 4
+#: Tikhonov term of the guess's constraint Schur complement (scaled to a unit diagonal):
+#: dependent rows (two feet's base-wrench rows have rank 5, an inactive contact's rows
+#: are zero) keep it positive definite; its answer is checked, not trusted
+GUESS_REGULARIZATION = 1e-12
 
 #: accuracy settings per qpsolvers backend, so comparisons with ProxQP are like for like
 BACKEND_SETTINGS = {
@@ -98,11 +107,18 @@ class QpSolver:
         eps_abs: absolute accuracy of the primal/dual residuals.
         max_iter: iteration cap of a solve.
         infeasibility_tolerance: ProxQP's eps_primal_inf and eps_dual_inf.
+        guess: before ProxQP, solve the equality-constrained QP with the inequality rows
+            the last solution held at a bound (its working set) as equalities, and accept
+            it when it is the optimum: every row within ``eps_abs`` of its bounds and every
+            held row's multiplier of the right sign (the KKT conditions, checked, so the
+            answer is ProxQP's to its tolerance; strictly convex QPs have one optimum). A
+            few active-set steps follow a wrong guess. Needs H positive definite
+            (otherwise ProxQP solves). ProxQP with ``warm_start`` only.
     """
 
     def __init__(self, n: int, n_eq: int, n_in: int, *, solver: str = "proxqp",
                  warm_start: bool = True, eps_abs: float = 1e-8, max_iter: int = 100,
-                 infeasibility_tolerance: float = PROXQP_INFEASIBILITY_TOLERANCE):
+                 infeasibility_tolerance: float = PROXQP_INFEASIBILITY_TOLERANCE, guess: bool = False):
         valid = ("proxqp",) if solver == "proxqp" else solver_names()  # qpsolvers only when asked for
         if solver not in valid:
             raise UnknownNameError("QP solver", solver, valid)
@@ -124,6 +140,11 @@ class QpSolver:
         self._y = np.zeros(n_eq)
         self._z = np.zeros(n_in)
         self._stale_z = False  # a row's bounds moved since the last solve (set_row_bounds)
+        self.guess = guess and solver == "proxqp" and warm_start  # the working set is a warm start too
+        #: per inequality row, the bound the last solution held it at: +1 upper, −1 lower, 0 none
+        self.working = np.zeros(n_in, dtype=np.int8)
+        #: the last solve was certified by the guess (ProxQP's own result is older)
+        self.guessed = False
         self._qp = None
         if solver == "proxqp" and n > 0:
             self._qp = self._new_proxqp()
@@ -148,6 +169,8 @@ class QpSolver:
     def reset(self) -> None:
         """Forget the previous result: the next solve starts cold and re-initializes."""
         self._initialized = False
+        self.working[:] = 0
+        self.guessed = False
 
     def set_row_bounds(self, row: int, lower: float, upper: float) -> None:
         """``l[row], u[row] = lower, upper``; when they move, the row's multiplier from the
@@ -159,13 +182,23 @@ class QpSolver:
             self._z[row] = 0.0
             self._stale_z = True
 
-    def solve(self, x0: np.ndarray | None = None) -> QpOutcome:
+    def solve(self, x0: np.ndarray | None = None, *, guess_only: bool = False) -> QpOutcome:
         """Solve with the current problem data.
 
         ``x0``: a primal point to start from (e.g. a known feasible one) instead of the
-        previous result; the previous multipliers are kept.
+        previous result; the previous multipliers are kept. ``guess_only``: with ``guess``,
+        stop with status "failed" when the guess does not certify an optimum instead of
+        running ProxQP (a QP that may be infeasible, whose caller has another way).
         """
         t0 = time.perf_counter()
+        steps = 0
+        if self.n and self.guess:
+            steps = self._solve_guess()
+            if steps > 0:
+                self.guessed = True
+                return QpOutcome(self._x, self._y, self._z, SOLVED, steps, time.perf_counter() - t0)
+            if guess_only:
+                return QpOutcome(self._x, self._y, self._z, FAILED, -steps, time.perf_counter() - t0)
         if self.n == 0:
             status, iters = SOLVED, 0
         elif self.solver == "proxqp":
@@ -179,7 +212,88 @@ class QpSolver:
                 iters += more
         else:
             status, iters = self._solve_qpsolvers()
-        return QpOutcome(self._x, self._y, self._z, status, iters, time.perf_counter() - t0)
+        if self.guess:
+            self._hold_working_set(status)
+        return QpOutcome(self._x, self._y, self._z, status, iters - steps, time.perf_counter() - t0)
+
+    def _solve_guess(self) -> int:
+        """The working-set guess (``guess``): the number of active-set steps it took (> 0)
+        when its answer is the optimum (written to x, y, z as ProxQP would: H x + g + Aᵀy
+        + Cᵀz = 0, z ≥ 0 on an upper bound, ≤ 0 on a lower one), else minus the steps spent
+        (ProxQP then solves). Rows with l = u are equalities; every other row enters the
+        equalities at the bound the working set names. Allocates (the reference; the
+        compiled tick has the same steps in place)."""
+        n_eq, tol = self.n_eq, self.eps_abs
+        # triangular inverses and products: LAPACK's triangular solves with many right-hand
+        # sides run multi-threaded on these sizes, and a starved BLAS thread under
+        # SCHED_FIFO held a G1 tick for 10 ms
+        L, info = lapack.dpotrf(self.H, lower=1)
+        if info:
+            return 0
+        L_inv, _ = lapack.dtrtri(L, lower=1)
+        w = L_inv @ self.g  # L⁻¹ g
+        fixed = (self.l == self.u) & (np.abs(self.l) < INF)
+        # a held row whose bound went to infinity since (a lifted foot's freed rows, torque
+        # limits dropped) is free: held there it would only give NaN
+        work = np.where(fixed | ((self.working > 0) & (self.u >= INF)) | ((self.working < 0) & (self.l <= -INF)),
+                        0, self.working)
+        for step in range(1, GUESS_STEPS + 1):
+            rows = np.flatnonzero(fixed | (work != 0))
+            E = np.vstack((self.A, self.C[rows]))
+            e = np.concatenate((self.b, np.where(work[rows] < 0, self.l[rows], self.u[rows])))
+            V = L_inv @ E.T  # L⁻¹ Eᵀ
+            lam = np.zeros(E.shape[0])
+            if E.shape[0]:  # (LAPACK rejects an empty matrix)
+                S = V.T @ V  # E H⁻¹ Eᵀ, scaled to a unit diagonal (rows in newtons beside rows per unit mass)
+                d = S.diagonal().copy()
+                s_ = np.where(d > 0.0, 1.0 / np.sqrt(np.where(d > 0.0, d, 1.0)), 1.0)
+                S *= s_[:, None] * s_[None, :]
+                S[np.diag_indices_from(S)] += GUESS_REGULARIZATION
+                L_S, info = lapack.dpotrf(S, lower=1)
+                if info:
+                    return -step
+                L_S_inv, _ = lapack.dtrtri(L_S, lower=1)
+                lam = -s_ * (L_S_inv.T @ (L_S_inv @ (s_ * (e + V.T @ w))))
+                x = -L_inv.T @ (w + V @ lam)
+                # one step of iterative refinement takes out what the Tikhonov term left on E x = e
+                lam += s_ * (L_S_inv.T @ (L_S_inv @ (s_ * (E @ x - e))))
+            x = -L_inv.T @ (w + V @ lam)
+            Cx = self.C @ x
+            z = np.zeros(self.n_in)
+            z[rows] = lam[n_eq:]
+            held = work != 0
+            wrong = held & (work * z < -tol)  # an upper bound pulls (z < 0), a lower one pushes
+            violated = ~held & ~fixed & ((Cx > self.u + tol) | (Cx < self.l - tol))
+            if (np.abs(E @ x - e).max(initial=0.0) <= tol and not wrong.any() and not violated.any()):
+                self._x[:] = x
+                self._y[:] = lam[:n_eq]
+                self._z[:] = z
+                self.working[:] = work
+                return step
+            # active-set step: hold the rows crossed, release the one that pulls hardest (one
+            # at a time: at a contact's zero force its five pyramid rows are held together
+            # and dependent, and their least-norm multipliers need not all have the sign of
+            # the ones that certify it)
+            work[violated & (Cx > self.u + tol)] = 1
+            work[violated & (Cx < self.l - tol)] = -1
+            if wrong.any():
+                work[np.argmin(np.where(wrong, work * z, 0.0))] = 0
+        return -GUESS_STEPS
+
+    def _hold_working_set(self, status: str) -> None:
+        """After ProxQP: the rows its answer holds at a bound (within ``eps_abs``, with a
+        multiplier of that bound's sign), the next guess. The sign alone is not enough:
+        ProxQP leaves multipliers of ±1e-20 on rows far from their bounds (two thirds of the
+        rows it named on G1 and the quadrupeds' switching sequences, 1 N away), whose sign
+        is rounding noise, different in the compiled tick."""
+        self.guessed = False
+        self.working[:] = 0
+        if status == SOLVED:
+            bounded = (self.l != self.u)
+            Cx = self.C @ self._x
+            tol = self.eps_abs
+            self.working[bounded & (self._z > 0.0) & (self.u < INF) & (Cx >= self.u - tol)] = 1
+            self.working[bounded & (self._z < 0.0) & (self.l > -INF) & (Cx <= self.l + tol)] = -1
 
     def _solve_proxqp(self, x0: np.ndarray | None) -> tuple[str, int]:
         qp = self._qp
@@ -188,8 +302,10 @@ class QpSolver:
         A = self.A if self.n_eq else None
         b = self.b if self.n_eq else None
         C = self.C if self.n_in else None
-        if x0 is None and self._stale_z and self.warm_start and self._initialized:
-            x0 = self._x  # the previous result, with the multipliers set_row_bounds dropped
+        if x0 is None and (self._stale_z or self.guessed) and self.warm_start and self._initialized:
+            # the previous result, with the multipliers set_row_bounds dropped, or the
+            # guess's (ProxQP's own is older)
+            x0 = self._x
         self._stale_z = False
         if not self._initialized:
             qp.init(self.H, self.g, A, b, C, self.l if self.n_in else None, self.u if self.n_in else None)

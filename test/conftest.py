@@ -100,3 +100,21 @@ def write_robot_file(tmp_path: Path, name: str, **extra) -> Path:
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump({config.NODE_NAME: {"ros__parameters": params}}, sort_keys=False))
     return path
+
+
+def switching_sequence(model, robot, rng, ticks):
+    """Slowly varying states around standing (legged) or random (arms), with contact switches."""
+    if robot in FLOATING:
+        q0 = robots.standing_configuration(model, robot)
+    else:
+        q0 = model.random_configuration(rng)
+    frames = model.contact_frames
+    for i in range(ticks):
+        q, v = q0.copy(), np.zeros(model.nv)
+        phase = 2 * np.pi * i * 1e-2 + np.arange(model.na)
+        q[model.joint_q_index] += 0.05 * np.sin(phase)
+        v[model.n_base:] = 0.3 * np.cos(phase)
+        a = rng.normal(0.0, 1.0, model.nv)
+        # all feet, then one lifted, then none
+        active = frames if i < ticks // 2 else (frames[1:] if i < ticks - 2 else ())
+        yield q, v, a, active

@@ -17,7 +17,7 @@ from idyn_control.contacts import ContactSet
 from idyn_control.dynamics import DynamicsTerms
 from idyn_control.errors import ConfigError
 
-from conftest import ALL_ROBOTS, FLOATING, native_or_skip, random_state
+from conftest import ALL_ROBOTS, native_or_skip, random_state, switching_sequence
 
 native_or_skip()
 
@@ -49,24 +49,6 @@ def test_engine_matches_pinocchio(robot, load_robot, rng):
             assert relative_error(got, ref) <= 1e-12
 
 
-def _sequence(model, robot, rng, ticks):
-    """Slowly varying states around standing (legged) or random (arms), with contact switches."""
-    if robot in FLOATING:
-        q0 = robots.standing_configuration(model, robot)
-    else:
-        q0 = model.random_configuration(rng)
-    frames = model.contact_frames
-    for i in range(ticks):
-        q, v = q0.copy(), np.zeros(model.nv)
-        phase = 2 * np.pi * i * 1e-2 + np.arange(model.na)
-        q[model.joint_q_index] += 0.05 * np.sin(phase)
-        v[model.n_base:] = 0.3 * np.cos(phase)
-        a = rng.normal(0.0, 1.0, model.nv)
-        # all feet, then one lifted, then none
-        active = frames if i < ticks // 2 else (frames[1:] if i < ticks - 2 else ())
-        yield q, v, a, active
-
-
 @pytest.mark.parametrize("robot", ALL_ROBOTS)
 @pytest.mark.parametrize("name", NATIVE_NAMES)
 def test_formulation_matches_python(name, robot, load_robot):
@@ -82,7 +64,7 @@ def test_formulation_matches_python(name, robot, load_robot):
                 f.add_frame_task(model.contact_frames[0], 0.5, name="foot")
     rng = np.random.default_rng(5)
     errors = []
-    for q, v, a, active in _sequence(model, robot, rng, 12):
+    for q, v, a, active in switching_sequence(model, robot, rng, 12):
         if name == "wbc_qp":
             for f in (fast, ref):
                 f.set_task_reference("com", q[:3] if model.floating_base else np.zeros(3), kp=50.0, kd=10.0)

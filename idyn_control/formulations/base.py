@@ -58,7 +58,8 @@ class Result:
             per active contact in the order given to :meth:`Formulation.solve`.
         contact_frames: names of the rows of ``forces``.
         status: "solved", "max_iter", "infeasible" or "failed".
-        iterations: solver iterations (0 for closed-form formulations).
+        iterations: solver iterations (0 for closed-form formulations; a QP's working-set
+            guess counts its active-set steps).
         solve_time_s: time spent in the QP/LCP solver(s) [s].
         compute_time_s: time of the whole tick: model, contacts, assembly, solve [s].
         relaxed: constraints this answer relaxed to exist (no torque meets them all) →

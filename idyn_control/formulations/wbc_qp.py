@@ -32,7 +32,10 @@ is left at the held points. Ticks that solve exactly never reach these steps.
 
 τ = M_j q̈ + h_j − J_jᵀ f is recovered from the joint rows, so the dynamics hold exactly
 with the returned q̈ and f. The QP has a fixed size for all configured contacts, so the
-persistent ProxQP keeps its warm start across contact switches.
+persistent ProxQP keeps its warm start across contact switches. Before ProxQP, each tick
+tries the rows the last solution held at a bound (``QpSolver`` ``guess``: an
+equality-constrained solve whose KKT conditions are checked); ProxQP solves when that
+does not certify the optimum.
 """
 
 from __future__ import annotations
@@ -117,7 +120,7 @@ class WbcQp(Formulation):
         o = self.options
         self.qp = QpSolver(self.nx, nb + 3 * k, PYRAMID_ROWS * k + na,
                            solver=o["solver"], warm_start=o["warm_start"], eps_abs=o["eps_abs"],
-                           infeasibility_tolerance=STRICT_INFEASIBILITY_TOLERANCE)
+                           infeasibility_tolerance=STRICT_INFEASIBILITY_TOLERANCE, guess=True)
         # the last resort: contact rows as penalties (module doc), base rows kept
         self.qp_elastic = QpSolver(self.nx, nb, PYRAMID_ROWS * k + na,
                                    solver=o["solver"], warm_start=o["warm_start"], eps_abs=o["eps_abs"],

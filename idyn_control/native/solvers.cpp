@@ -40,6 +40,8 @@ constexpr double STRICT_INFEASIBILITY_TOLERANCE = 1e-9;
 // (contacts.py COLLINEAR_M2)
 constexpr double COLLINEAR_M2 = 1e-8;
 constexpr double ELASTIC_WEIGHT = 1e4;  // as qp.ELASTIC_WEIGHT
+constexpr int GUESS_STEPS = 4;                 // as qp.GUESS_STEPS
+constexpr double GUESS_REGULARIZATION = 1e-12;  // as qp.GUESS_REGULARIZATION
 constexpr double INCONSISTENT_ROWS = 100.0;  // as wbc_qp.INCONSISTENT_ROWS
 constexpr double BASE_ROWS_TOL = 1e-7;       // as wbc_qp.BASE_ROWS_TOL
 constexpr int RESCUE_MAX_ITER = 1000;        // as qp_contact.RESCUE_MAX_ITER
@@ -58,7 +60,8 @@ double now_s() {
 
 // idyn_control.qp.QpSolver with solver="proxqp": init once, then update (preconditioner
 // kept) and warm start from the previous result; a cold retry when a warm solve fails;
-// never warm-starts from NaN.
+// never warm-starts from NaN. With `guess`, the working set of the last solution first
+// (QpSolver._solve_guess: the equality-constrained QP, its KKT conditions checked).
 struct Qp {
   int n, n_eq, n_in;
   MatrixXd H, A, C;
@@ -72,15 +75,47 @@ struct Qp {
   int iterations = 0;
   double solve_time = 0.0;
   bool stale_z = false;  // a row's bounds moved since the last solve (set_row_bounds)
+  // the working-set guess: per inequality row the bound the last solution held (+1 upper,
+  // −1 lower, 0 none); workspace sized for every row at once
+  bool guess, guessed = false;
+  std::vector<signed char> working, work;
+  std::vector<std::uint8_t> fixed;
+  std::vector<int> rows;
+  MatrixXd gL, gE, gV, gS;
+  VectorXd ge, gw, gx, gs, gr, glam, gCx;
 
   Qp(int n_, int n_eq_, int n_in_, bool warm, double eps_abs_, int max_iter_,
-     double infeasibility_tolerance_ = PROXQP_INFEASIBILITY_TOLERANCE)
+     double infeasibility_tolerance_ = PROXQP_INFEASIBILITY_TOLERANCE, bool guess_ = false)
       : n(n_), n_eq(n_eq_), n_in(n_in_), H(MatrixXd::Zero(n_, n_)), A(MatrixXd::Zero(n_eq_, n_)),
         C(MatrixXd::Zero(n_in_, n_)), g(VectorXd::Zero(n_)), b(VectorXd::Zero(n_eq_)),
         l(VectorXd::Constant(n_in_, -INF)), u(VectorXd::Constant(n_in_, INF)), x(VectorXd::Zero(n_)),
         y(VectorXd::Zero(n_eq_)), z(VectorXd::Zero(n_in_)), warm_start(warm), eps_abs(eps_abs_), max_iter(max_iter_),
-        infeasibility_tolerance(infeasibility_tolerance_) {
+        infeasibility_tolerance(infeasibility_tolerance_), guess(guess_ && warm), working(n_in_, 0) {
+    if (guess) {
+      const int m = n_eq + n_in;
+      work.assign(n_in, 0);
+      fixed.assign(n_in, 0);
+      rows.reserve(m);
+      gL.resize(n, n);
+      gE.resize(m, n);
+      gV.resize(n, m);
+      gS.resize(m, m);
+      ge.resize(m);
+      gw.resize(n);
+      gx.resize(n);
+      gs.resize(m);
+      gr.resize(m);
+      glam.resize(m);
+      gCx.resize(n_in);
+    }
     make();
+  }
+
+  // QpSolver.reset: the next solve starts cold, without a working set
+  void forget() {
+    initialized = false;
+    std::fill(working.begin(), working.end(), 0);
+    guessed = false;
   }
 
   // A fresh ProxQP object: at construction, and for a cold retry (init on a used object
@@ -114,7 +149,9 @@ struct Qp {
   int attempt(const VectorXd* x0) {
     using proxsuite::nullopt;
     auto& qp = *qp_;
-    if (!x0 && stale_z && warm_start && initialized) x0 = &x;  // the previous result, minus those multipliers
+    // the previous result, minus the multipliers set_row_bounds dropped, or the guess's
+    // (ProxQP's own is older)
+    if (!x0 && (stale_z || guessed) && warm_start && initialized) x0 = &x;
     stale_z = false;
     qp.settings.eps_primal_inf = infeasibility_tolerance;  // may change between solves
     qp.settings.eps_dual_inf = infeasibility_tolerance;
@@ -155,15 +192,142 @@ struct Qp {
     }
   }
 
+  // QpSolver._solve_guess: the active-set steps it took (> 0) when its answer is the
+  // optimum (in x, y, z), else minus the steps spent. In place: nothing allocates.
+  int solve_guess() {
+    using Eigen::Lower;
+    const double tol = eps_abs;
+    gL = H;
+    Eigen::LLT<Eigen::Ref<MatrixXd>> hl(gL);
+    if (hl.info() != Eigen::Success) return 0;
+    gw = g;
+    gL.triangularView<Lower>().solveInPlace(gw);  // L⁻¹ g
+    for (int i = 0; i < n_in; ++i) {
+      fixed[i] = l[i] == u[i] && std::abs(l[i]) < INF;
+      // a row held at a bound that went to infinity since (a lifted foot's freed rows,
+      // torque limits dropped) is free: held there it would only give NaN
+      const bool gone = (working[i] > 0 && u[i] >= INF) || (working[i] < 0 && l[i] <= -INF);
+      work[i] = fixed[i] || gone ? 0 : working[i];
+    }
+    for (int step = 1; step <= GUESS_STEPS; ++step) {
+      rows.clear();
+      for (int i = 0; i < n_in; ++i)
+        if (fixed[i] || work[i]) rows.push_back(i);
+      const int m = n_eq + static_cast<int>(rows.size());
+      auto E = gE.topRows(m);
+      auto e = ge.head(m);
+      E.topRows(n_eq) = A;
+      e.head(n_eq) = b;
+      for (int j = 0; j < static_cast<int>(rows.size()); ++j) {
+        const int i = rows[j];
+        E.row(n_eq + j) = C.row(i);
+        e[n_eq + j] = work[i] < 0 ? l[i] : u[i];
+      }
+      auto V = gV.leftCols(m);
+      V = E.transpose();
+      gL.triangularView<Lower>().solveInPlace(V);  // L⁻¹ Eᵀ
+      auto S = gS.topLeftCorner(m, m);
+      S.noalias() = V.transpose() * V;  // E H⁻¹ Eᵀ, scaled to a unit diagonal
+      auto sc = gs.head(m);
+      for (int k = 0; k < m; ++k) sc[k] = S(k, k) > 0.0 ? 1.0 / std::sqrt(S(k, k)) : 1.0;
+      S.array().colwise() *= sc.array();
+      S.array().rowwise() *= sc.transpose().array();
+      S.diagonal().array() += GUESS_REGULARIZATION;
+      Eigen::Ref<MatrixXd> S_ref(S);
+      Eigen::LLT<Eigen::Ref<MatrixXd>> sl(S_ref);
+      if (sl.info() != Eigen::Success) return -step;
+      auto lam = glam.head(m);
+      auto r = gr.head(m);
+      r = e;
+      r.noalias() += V.transpose() * gw;
+      r.array() *= sc.array();
+      sl.solveInPlace(r);
+      lam = -(sc.array() * r.array()).matrix();
+      for (int pass = 0; pass < 2; ++pass) {
+        gx = gw;
+        gx.noalias() += V * lam;
+        gL.transpose().triangularView<Eigen::Upper>().solveInPlace(gx);
+        gx = -gx;
+        if (pass) break;
+        // one step of iterative refinement takes out what the Tikhonov term left on E x = e
+        r = -e;
+        r.noalias() += E * gx;
+        r.array() *= sc.array();
+        sl.solveInPlace(r);
+        lam.array() += sc.array() * r.array();
+      }
+      r = -e;
+      r.noalias() += E * gx;
+      const bool consistent = m == 0 || r.cwiseAbs().maxCoeff() <= tol;
+      gCx.noalias() = C * gx;
+      bool ok = consistent;
+      // primal-dual active-set step: hold the free rows crossed (at the bound they cross) ...
+      for (int i = 0; i < n_in; ++i) {
+        if (fixed[i] || work[i]) continue;
+        if (gCx[i] > u[i] + tol) ok = false, work[i] = 1;
+        else if (gCx[i] < l[i] - tol) ok = false, work[i] = -1;
+      }
+      // ... and release the held row that pulls hardest (an upper bound's z < 0, a lower
+      // one's > 0), one at a time: a contact at zero force holds its five pyramid rows,
+      // dependent, and their least-norm multipliers need not all have the certifying sign
+      int release = -1;
+      double hardest = -tol;
+      for (int j = 0; j < static_cast<int>(rows.size()); ++j) {
+        const int i = rows[j];
+        if (fixed[i]) continue;
+        const double pull = work[i] * lam[n_eq + j];
+        if (pull < hardest) hardest = pull, release = i;
+      }
+      if (release >= 0) ok = false, work[release] = 0;
+      if (ok) {
+        x = gx;
+        y = lam.head(n_eq);
+        z.setZero();
+        for (int j = 0; j < static_cast<int>(rows.size()); ++j) z[rows[j]] = lam[n_eq + j];
+        std::copy(work.begin(), work.end(), working.begin());
+        return step;
+      }
+    }
+    return -GUESS_STEPS;
+  }
+
+  // QpSolver._hold_working_set: after ProxQP the rows its answer holds at a bound (within
+  // eps_abs, with a multiplier of that bound's sign); the sign alone is rounding noise on
+  // rows far from their bounds
+  void hold_working_set(int status) {
+    guessed = false;
+    std::fill(working.begin(), working.end(), 0);
+    if (status != SOLVED) return;
+    gCx.noalias() = C * x;
+    for (int i = 0; i < n_in; ++i) {
+      if (l[i] == u[i]) continue;
+      if (z[i] > 0.0 && u[i] < INF && gCx[i] >= u[i] - eps_abs) working[i] = 1;
+      else if (z[i] < 0.0 && l[i] > -INF && gCx[i] <= l[i] + eps_abs) working[i] = -1;
+    }
+  }
+
   // Solve with the current data; iterations and solve_time hold this call's effort.
-  int solve(const VectorXd* x0 = nullptr) {
+  // guess_only (QpSolver.solve): no ProxQP after a guess that does not certify an optimum.
+  int solve(const VectorXd* x0 = nullptr, bool guess_only = false) {
     const double t0 = now_s();
     iterations = 0;
+    int guessed_steps = 0;
+    if (n && guess) {
+      guessed_steps = solve_guess();
+      if (guessed_steps > 0 || guess_only) {
+        if (guessed_steps > 0) guessed = true;
+        iterations = std::abs(guessed_steps);
+        solve_time = now_s() - t0;
+        return guessed_steps > 0 ? SOLVED : FAILED;
+      }
+    }
     int status = n == 0 ? SOLVED : attempt(x0);
     if (status != SOLVED && warm_start && n > 0) {
       make();  // a warm start from a bad previous tick can mislead ProxQP: retry cold, fresh
       status = attempt(nullptr);
     }
+    if (guess) hold_working_set(status);
+    iterations -= guessed_steps;
     solve_time = now_s() - t0;
     return status;
   }
@@ -251,7 +415,7 @@ struct Wbc {
   Wbc(Engine* e, const double* rows, const double* bound, const std::uint8_t* released_, bool warm, double eps_abs)
       : engine(e), d(engine_dims(*e)),
         qp(d.nv + 3 * d.k, d.nb + 3 * d.k, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100,
-           STRICT_INFEASIBILITY_TOLERANCE),
+           STRICT_INFEASIBILITY_TOLERANCE, true),
         elastic(d.nv + 3 * d.k, d.nb, PYRAMID_ROWS * d.k + d.na, warm, eps_abs, 100, STRICT_INFEASIBILITY_TOLERANCE),
         friction_rows(rows), max_normal_force(bound), released(released_), eps_abs(eps_abs), Jt(3, d.nv), left(VectorXd::Zero(3 * d.k)), qr(3 * d.k, d.nv),
         gen(VectorXd::Zero(d.nv)), base_llt(d.nb), body(d.k), own_rows(d.k, 0), Jang(3, d.nv) {
@@ -543,8 +707,9 @@ struct Qpc {
   Qpc(Engine* e, double dt_, bool unilateral, bool warm, double eps_abs, const double* rows, const double* basis_,
       const double* phi_, const double* bound)
       : engine(e), d(engine_dims(*e)), dt(dt_), unilateral_only(unilateral),
-        stage1(3 * d.k, 0, (PYRAMID_ROWS + 1) * d.k, warm, eps_abs, 100),
-        stage2(3 * d.k, d.nb, PYRAMID_ROWS * d.k + d.na + d.k, warm, eps_abs, 100),
+        stage1(3 * d.k, 0, (PYRAMID_ROWS + 1) * d.k, warm, eps_abs, 100, PROXQP_INFEASIBILITY_TOLERANCE, true),
+        stage2(3 * d.k, d.nb, PYRAMID_ROWS * d.k + d.na + d.k, warm, eps_abs, 100, PROXQP_INFEASIBILITY_TOLERANCE,
+               true),
         stage1_unit(3 * d.k, 0, (PYRAMID_ROWS + 1) * d.k, warm, eps_abs, RESCUE_MAX_ITER,
                     STRICT_INFEASIBILITY_TOLERANCE),
         friction_rows(rows), basis(basis_),
@@ -646,7 +811,9 @@ struct Qpc {
     // certificate misfiring; on the fast path (limited ≥ 0) it is the expected early exit
     s2.infeasibility_tolerance = from_stage1 ? STRICT_INFEASIBILITY_TOLERANCE : PROXQP_INFEASIBILITY_TOLERANCE;
     f_unit = inv_m * f;
-    const int status = s2.solve(&f_unit);  // Stage I's (or the last tick's) forces: a good start
+    // Stage I's (or the last tick's) forces: a good start. On the fast path the set may be
+    // empty: only the working-set guess runs there, both stages follow when it fails
+    const int status = s2.solve(&f_unit, !from_stage1);
     stage2_ok = status == SOLVED;
     if (stage2_ok)
       f = mass * s2.x;
@@ -889,8 +1056,8 @@ void idyn_wbc_free(void* w) { delete static_cast<idyn::Wbc*>(w); }
 
 void idyn_wbc_reset(void* w) {
   auto& wbc = *static_cast<idyn::Wbc*>(w);
-  wbc.qp.initialized = false;
-  wbc.elastic.initialized = false;
+  wbc.qp.forget();
+  wbc.elastic.forget();
   wbc.version = -1;
 }
 
@@ -919,9 +1086,9 @@ void idyn_qpc_free(void* c) { delete static_cast<idyn::Qpc*>(c); }
 
 void idyn_qpc_reset(void* c) {
   auto& q = *static_cast<idyn::Qpc*>(c);
-  q.stage1.initialized = false;
-  q.stage1_unit.initialized = false;
-  q.stage2.initialized = false;
+  q.stage1.forget();
+  q.stage1_unit.forget();
+  q.stage2.forget();
   q.version = -1;
 }
 
@@ -1581,7 +1748,7 @@ void idyn_pidc_free(void* c) { delete static_cast<idyn::Pidc*>(c); }
 
 void idyn_pidc_reset(void* c) {
   auto& p = *static_cast<idyn::Pidc*>(c);
-  for (idyn::Qp* qp : {&p.qp_motion, &p.qp_motion_loose, &p.qp_force, &p.qp_force_elastic}) qp->initialized = false;
+  for (idyn::Qp* qp : {&p.qp_motion, &p.qp_motion_loose, &p.qp_force, &p.qp_force_elastic}) qp->forget();
 }
 
 int idyn_pidc_solve(void* c, const double* qdd_des, const std::uint8_t* active, long version, const double* options,
