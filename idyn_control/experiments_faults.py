@@ -77,16 +77,18 @@ ROS_KEEP = ("base_xy_drift_m", "deadline_misses", "controller_ticks", "tick_p99_
             "unsafe_commands", "relay", "bridge_push_steps", "bridge_lockstep_timeouts", "failure")
 
 
-def run_cell_ros(cell: dict[str, Any], out: Path, log=print) -> dict[str, Any]:
+def run_cell_ros(cell: dict[str, Any], out: Path, log=print, wall_timeout: float = 600.0) -> dict[str, Any]:
     """One cell over ROS 2: ``idyn-control demo`` with the cell's faults (stand 1 s, then
-    trot at 0.2 m/s or keep standing to the end; no crouch, as the lock-step cell)."""
+    trot at 0.2 m/s or keep standing to the end; no crouch, as the lock-step cell), given up
+    after ``wall_timeout`` [s] of wall time (a failure in the metrics)."""
     from . import demo
 
     t0 = time.perf_counter()
     trot = cell["task"] == "trot"
     opts = demo.DemoOptions(robot="quadruped", formulation=cell["formulation"], duration=cell["duration"] - 1.0,
                             speed=0.2 if trot else 0.0, stand_time=1.0, stop_time=0.0, crouch=0.0, friction=0.7,
-                            out=str(out / "ros" / cell["id"].replace("/", "_")), faults=dict(cell["faults"]))
+                            out=str(out / "ros" / cell["id"].replace("/", "_")), faults=dict(cell["faults"]),
+                            wall_timeout=wall_timeout)
     report = demo.run(opts, log=lambda m: None)
     m = report["metrics"]
     keep = ("fell", "fall_time_s", "speed_along_command_m_s", "joint_position_error_rad", "base_height_min_m",
