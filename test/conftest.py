@@ -97,6 +97,12 @@ def write_robot_file(tmp_path: Path, name: str, **extra) -> Path:
         urdf = f"descriptions/{urdf}"
     params = {"robot": name, "urdf_path": urdf, "contacts": {"frames": r["frames"]},
               "standing_pose": {"joints": r["joints"], "positions": r["positions"]}, **extra}
+    return write_params_file(tmp_path, name, params)
+
+
+def write_params_file(tmp_path: Path, name: str, params: dict) -> Path:
+    """``<name>.yaml`` in ``tmp_path``: the node's ROS 2 params file with these parameters,
+    as a user writes a robot's file."""
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump({config.NODE_NAME: {"ros__parameters": params}}, sort_keys=False))
     return path

@@ -13,7 +13,7 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
-from conftest import native_or_skip
+from conftest import native_or_skip, write_params_file
 from idyn_control import formulations, robots
 from idyn_control.errors import ConfigError, UnknownNameError
 from idyn_control.model import ContactSurface
@@ -22,6 +22,14 @@ from idyn_control.sim.mujoco_model import build_mujoco
 
 #: the corners of G1's sole in the ankle-roll link frame (its URDF collision spheres) [m]
 G1_CORNERS = ((-0.05, 0.025, -0.03), (-0.05, -0.025, -0.03), (0.12, 0.03, -0.03), (0.12, -0.03, -0.03))
+
+
+def assert_shifts_and_squats(tr) -> None:
+    """The balance task's motion: the base over each foot in turn (≥ 3 cm either side of
+    where it stood at 0.9 s) and down by the squat (≥ 5 cm)."""
+    y0, z0 = tr.q[int(0.9 / 1e-3), 1], tr.q[int(0.9 / 1e-3), 2]
+    assert tr.q[:, 1].max() - y0 > 0.03 and y0 - tr.q[:, 1].min() > 0.03
+    assert z0 - tr.q[:, 2].min() > 0.05
 
 
 def relative_error(a, b) -> float:
@@ -101,10 +109,7 @@ def test_g1_shifts_its_weight_and_squats_without_falling():
     m, tr = run.metrics, run.trace
     assert not m["fell"] and tr.fallback.sum() == 0
     assert m["balance_phase_s"]["shift"] == pytest.approx(4.0, abs=0.01)
-    y0 = tr.q[int(0.9 / 1e-3), 1]
-    assert tr.q[:, 1].max() - y0 > 0.03 and y0 - tr.q[:, 1].min() > 0.03  # over each foot in turn
-    z0 = tr.q[int(0.9 / 1e-3), 2]
-    assert z0 - tr.q[:, 2].min() > 0.05  # squats 6 cm
+    assert_shifts_and_squats(tr)
     fz = tr.f_meas[tr.t >= 0.1, :, 2]
     for sole in (fz[:, :4], fz[:, 4:]):  # both soles keep weight, every corner down: CoP inside
         assert sole.sum(axis=1).min() > 0.1 * fz.sum(axis=1).mean()
@@ -258,9 +263,7 @@ def test_g1_qp_coulomb_balances_compiled_with_every_corner_loaded(g1):
         assert np.all(pred[:, sole].min(axis=1) >= 0.2 * pred[:, sole].mean(axis=1) - 1e-6 * weight)
         assert np.all(meas[:, sole].min(axis=1) >= 0.01 * meas[:, sole].sum(axis=1))
     assert m["balance_phase_s"]["shift"] == pytest.approx(4.0, abs=0.01)
-    y0, z0 = tr.q[int(0.9 / 1e-3), 1], tr.q[int(0.9 / 1e-3), 2]
-    assert tr.q[:, 1].max() - y0 > 0.03 and y0 - tr.q[:, 1].min() > 0.03
-    assert z0 - tr.q[:, 2].min() > 0.05
+    assert_shifts_and_squats(tr)
     assert m["force_error_sum_rel"] < 0.02
 
 
@@ -363,12 +366,7 @@ def test_a_humanoid_from_a_users_file_stands_shifts_and_squats(formulation, tmp_
     shifts its weight from foot to foot and squats in the compiled lock-step loop, every
     corner of both soles measured pushing on every tick (each centre of pressure inside its
     sole), the predicted forces the simulator's."""
-    import yaml
-
-    from idyn_control import config
-
-    path = tmp_path / "talos.yaml"
-    path.write_text(yaml.safe_dump({config.NODE_NAME: {"ros__parameters": TALOS}}))
+    path = write_params_file(tmp_path, "talos", TALOS)
     run = run_scenario(Scenario(robot=str(path), formulation=formulation, gait=False, duration=8.0,
                                 friction=0.8, task="balance", compiled=True))
     m, tr = run.metrics, run.trace
@@ -376,7 +374,5 @@ def test_a_humanoid_from_a_users_file_stands_shifts_and_squats(formulation, tmp_
     meas = tr.f_meas[tr.t >= 0.1, :, 2]
     for sole in (slice(0, 4), slice(4, 8)):
         assert np.all(meas[:, sole].min(axis=1) >= 0.03 * meas[:, sole].sum(axis=1))
-    y0, z0 = tr.q[int(0.9 / 1e-3), 1], tr.q[int(0.9 / 1e-3), 2]
-    assert tr.q[:, 1].max() - y0 > 0.03 and y0 - tr.q[:, 1].min() > 0.03
-    assert z0 - tr.q[:, 2].min() > 0.05
+    assert_shifts_and_squats(tr)
     assert m["force_error_sum_rel"] < 0.01
