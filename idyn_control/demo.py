@@ -55,6 +55,8 @@ BRIDGE = "idyn_sim"
 COMMAND_TOPIC = "/effort_controller/commands"
 CONTACT_STATES_TOPIC = f"/{CONTROLLER}/contact_states"
 RELAY = "idyn_fault_relay"
+#: longest wait for the demo's processes to discover each other before the physics runs [s, wall]
+DISCOVERY_TIMEOUT_S = 60.0
 #: the Faults fields the relay injects (the others: the bridge's push, the controller's model)
 RELAY_FAULTS = ("drop_state", "delay", "contact_flip", "gap", "seed", "watchdog_timeout")
 RECORDER_NICE = 5  # the recording process's niceness during the ROS run
@@ -411,6 +413,39 @@ def _free_domain_id() -> int:
     return random.Random(os.getpid() ^ time.time_ns()).randint(100, 230)
 
 
+def _unpause_when_matched(node, executor, matched: dict[str, Callable[[], bool]], procs, timeout: float) -> str | None:
+    """Spin until every check in ``matched`` holds, then set the bridge's ``paused`` false
+    (asked again until it answers: a service response can be lost while discovery is still
+    settling). Returns a failure, or None."""
+    from rcl_interfaces.msg import Parameter as ParameterMsg, ParameterType, ParameterValue
+    from rcl_interfaces.srv import SetParameters
+
+    start = time.monotonic()
+    client = node.create_client(SetParameters, f"/{BRIDGE}/set_parameters")
+    request = SetParameters.Request(parameters=[ParameterMsg(
+        name="paused", value=ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=False))])
+    future = None
+    while time.monotonic() - start < timeout:
+        executor.spin_once(timeout_sec=0.02)
+        dead = [name for name, p in procs.items() if p.poll() is not None]
+        if dead:
+            return f"{', '.join(dead)} exited before the physics started"
+        if not all(check() for check in matched.values()) or not client.service_is_ready():
+            continue
+        if future is None or (not future.done() and time.monotonic() - asked > 1.0):
+            if future is not None:
+                client.remove_pending_request(future)
+            future, asked = client.call_async(request), time.monotonic()
+        elif future.done():
+            if future.result() is not None and future.result().results[0].successful:
+                node.destroy_client(client)
+                return None
+            future = None
+    waiting = [name for name, check in matched.items() if not check()]
+    return (f"the nodes did not discover each other within {timeout:g} s (unmatched: {', '.join(waiting)})"
+            if waiting else f"the bridge did not unpause within {timeout:g} s")
+
+
 def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
     import rclpy
     from diagnostic_msgs.msg import DiagnosticArray
@@ -432,7 +467,7 @@ def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
     params.write_text(yaml.safe_dump(ctrl_params, sort_keys=False))
     friction = opts.friction if math.isfinite(opts.friction) else 1e3
     bridge_cmd = [sys.executable, "-m", "idyn_control.ros.sim_bridge_node", "--ros-args",
-                  "-p", f"robot:={opts.robot}", "-p", "real_time:=false", "-p", "lockstep:=true",
+                  "-p", f"robot:={opts.robot}", "-p", "real_time:=false", "-p", "lockstep:=true", "-p", "paused:=true",
                   "-p", f"spawn_crouch:={opts.crouch}", "-p", f"friction:={float(friction)}",
                   "-p", f"compliant:={str(opts.compliant).lower()}",
                   "-p", f"contact_states_topic:={CONTACT_STATES_TOPIC}", "-p", f"command_topic:={COMMAND_TOPIC}",
@@ -524,14 +559,22 @@ def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
     log(f"  ROS_DOMAIN_ID={domain}: idyn_sim (pid {procs['bridge'].pid}) up, started idyn_gait_controller "
         f"(pid {procs['controller'].pid})" + (f" behind {RELAY} (pid {procs['relay'].pid}, faults "
                                               f"{opts.faults})" if relay_cmd else "") + f"; logs in {out}/")
+    # the bridge holds the physics (paused) until this process is matched with every node: the
+    # gait node's /cmd_vel subscription and the controller's (and relay's) topics. DDS discovery
+    # can take seconds on a loaded machine (a lost announcement waits for the next one); before,
+    # such a run trotted late or not at all, and the recorder missed its start
+    matched = {"/cmd_vel → gait node": lambda: cmd_pub.get_subscription_count() > 0,
+               f"/{CONTROLLER}/state": lambda: node.count_publishers(f"/{CONTROLLER}/state") > 0}
+    if relay_cmd:
+        matched[f"/{RELAY}/commands"] = lambda: node.count_publishers(f"/{RELAY}/commands") > 0
+    failure = _unpause_when_matched(node, executor, matched, procs, timeout=DISCOVERY_TIMEOUT_S)
     t0, t1 = opts.trot_window
     total_ns = int(opts.total * 1e9)
     wall_start = time.monotonic()
     next_print, last_x, last_cmd_pub = 1.0, 0.0, 0.0
-    failure = None
     gc.disable()  # the records list grows by ~15k objects a second: no collections meanwhile
     try:
-        while sim["t_ns"] < total_ns:
+        while failure is None and sim["t_ns"] < total_ns:
             executor.spin_once(timeout_sec=0.01)
             now = time.monotonic()
             t = sim["t_ns"] * 1e-9

@@ -211,6 +211,55 @@ def test_bridge_ignores_bad_commands_and_zeroes_torque_after_the_timeout(listene
         stop(bridge)
 
 
+def set_bridge_parameter(listener: Listener, name: str, value: bool, timeout: float = 30.0) -> bool:
+    """SetParameters on the bridge, asked again each second until it answers successful."""
+    from rcl_interfaces.msg import Parameter as ParameterMsg, ParameterType, ParameterValue
+    from rcl_interfaces.srv import SetParameters
+
+    client = listener.node.create_client(SetParameters, "/idyn_sim/set_parameters")
+    request = SetParameters.Request(parameters=[ParameterMsg(
+        name=name, value=ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=value))])
+    end = time.monotonic() + timeout
+    try:
+        while time.monotonic() < end:
+            if not listener.spin_until(client.service_is_ready, timeout=1.0):
+                continue
+            future = client.call_async(request)
+            if listener.spin_until(future.done, timeout=1.0):
+                return future.result().results[0].successful
+            client.remove_pending_request(future)
+        return False
+    finally:
+        listener.node.destroy_client(client)
+
+
+def test_bridge_holds_the_physics_while_paused(listener, tmp_path):
+    """``paused``: no simulated time passes while it is true (from the start, and when set at
+    run time), the state is re-published meanwhile; set false, the physics runs again."""
+    bridge = start("idyn_control.ros.sim_bridge_node",
+                   *bridge_args("quadruped", lockstep=False, real_time=True, start_paused=False, paused=True),
+                   log=tmp_path / "bridge.log")
+    stamps = lambda: [t for t, _ in listener.odom]  # noqa: E731
+    try:
+        assert listener.spin_until(lambda: len(listener.odom) >= 20, timeout=60.0)  # re-published, held
+        listener.spin_until(lambda: False, timeout=1.0)
+        assert len(listener.odom) >= 50 and max(stamps()) == 0.0, stamps()[-5:]
+        assert set_bridge_parameter(listener, "paused", False)
+        assert listener.spin_until(lambda: max(stamps()) >= 0.5, timeout=30.0)  # real time: ~0.5 s
+        assert set_bridge_parameter(listener, "paused", True)
+        listener.spin_until(lambda: False, timeout=0.3)  # the state in flight
+        held_at, n = max(stamps()), len(listener.odom)
+        listener.spin_until(lambda: False, timeout=1.0)
+        assert len(listener.odom) >= n + 30 and max(stamps()) == held_at, (held_at, max(stamps()))
+        assert set_bridge_parameter(listener, "paused", False)
+        assert listener.spin_until(lambda: max(stamps()) >= held_at + 0.3, timeout=30.0)
+        assert bridge.poll() is None
+    finally:
+        stop(bridge)
+    log = (tmp_path / "bridge.log").read_text()
+    assert "paused until the parameter 'paused' is set false" in log and "unpaused" in log, log
+
+
 def test_bridge_state_messages_follow_ros_conventions(listener, tmp_path):
     bridge = start("idyn_control.ros.sim_bridge_node", *bridge_args("solo12"), log=tmp_path / "bridge.log")
     odoms: list[Odometry] = []

@@ -33,7 +33,11 @@ as possible and, with ``lockstep`` (default), publishes a state and waits for th
 command that answers it (at most ``lockstep_timeout`` wall seconds) before stepping —
 deterministic closed loop over real DDS. The controller then runs with
 ``use_sim_time:=true`` and ticks on ``/joint_states`` (its ``triggered`` loop).
-``start_paused`` (default true) holds the physics until the first command arrives.
+``start_paused`` (default true) holds the physics until the first command arrives;
+``paused`` (settable at run time, as a simulator's pause button) holds it while true. The
+demo starts the bridge paused and releases it once every node has discovered the others:
+DDS discovery can take seconds on a loaded machine, and a /cmd_vel or a recorder that is
+not yet matched misses the start of the run.
 """
 
 from __future__ import annotations
@@ -104,6 +108,9 @@ PARAMETERS: tuple[BridgeParam, ...] = (
     BridgeParam("lockstep_timeout", 2.0, "lock-step: longest wait for a command before stepping anyway "
                 "[s, wall]; the state is re-published every 20 ms meanwhile", (0.0, 60.0)),
     BridgeParam("start_paused", True, "hold the physics until the first command arrives"),
+    BridgeParam("paused", False, "hold the physics while true, the state re-published every 10 ms (wall); "
+                "settable at run time (a launcher holds it until its nodes have discovered each other)",
+                read_only=False),
     BridgeParam("command_timeout", 0.02, "zero torque when the last good command is older [s, simulated]",
                 (0.0, 10.0), read_only=False),
     BridgeParam("command_topic", "/effort_controller/commands", "effort commands (Float64MultiArray)"),
@@ -216,7 +223,7 @@ class SimBridgeNode(Node):
             w = WrenchStamped()
             w.header.frame_id = odom_frame
             self._wrenches.append(SerializedMessage(w, {"force": [f"wrench.force.{c}" for c in "xyz"]}))
-        self._clock = SerializedMessage(Clock(), {}, stamp="clock")
+        self._clock_msg = SerializedMessage(Clock(), {}, stamp="clock")  # not _clock: the Node's own clock
         self._time = Time()  # the last published simulated time
         self._forces = np.zeros((self.k, 3))
         self._forces_step = np.zeros((self.k, 3))
@@ -250,7 +257,8 @@ class SimBridgeNode(Node):
 
         self._running = False
         self._thread: threading.Thread | None = None
-        self._paused = bool(get("start_paused"))
+        self._paused = bool(get("start_paused"))  # until the first command
+        self._held = bool(get("paused"))  # while the parameter says so
         self._wall_start = 0.0
         self._sim_start = 0.0
         self.get_logger().info(
@@ -258,7 +266,8 @@ class SimBridgeNode(Node):
             f"{'real time' if self.real_time else ('lock-step' if self.lockstep else 'as fast as possible')}, "
             f"ground μ={self.sim.friction:g} {'compliant' if self.sim.compliant else 'rigid'}; commands on "
             f"{get('command_topic')} for {list(self.command_joints)}"
-            + ("; paused until the first command" if self._paused else ""))
+            + ("; paused until the first command" if self._paused else "")
+            + ("; paused until the parameter 'paused' is set false" if self._held else ""))
 
     # ------------------------------------------------------------------ commands
     def _take_commands(self, timeout: float) -> bool:
@@ -305,6 +314,12 @@ class SimBridgeNode(Node):
                 if not (isinstance(p.value, float) and 0.0 <= p.value <= 10.0):
                     return SetParametersResult(successful=False, reason="command_timeout must be in [0, 10] s")
                 self.command_timeout = p.value
+            elif p.name == "paused":
+                if not isinstance(p.value, bool):
+                    return SetParametersResult(successful=False, reason="paused must be a bool")
+                if p.value != self._held:
+                    self.get_logger().info("paused: physics held" if p.value else "unpaused")
+                self._held = p.value
             elif p.name == "contact_threshold":
                 if not (isinstance(p.value, float) and p.value >= 0.0):
                     return SetParametersResult(successful=False, reason="contact_threshold must be ≥ 0 N")
@@ -331,19 +346,29 @@ class SimBridgeNode(Node):
             self._thread = None
         self._cmd_sub.destroy_when_not_in_use()
 
+    def _hold(self) -> None:
+        """Paused: re-publish the state every ``PAUSED_PUBLISH_S`` (the controller answers
+        each) until a command has come (``start_paused``) and ``paused`` is false."""
+        while self._running:
+            if self._take_commands(PAUSED_PUBLISH_S) and self._paused:
+                self._paused = False
+                self.get_logger().info("first command received" + ("" if self._held else ": physics running"))
+            if not (self._paused or self._held):
+                return
+            self._cmd_event.clear()  # held: the answer to the state published next is awaited
+            self._publish_state()
+
     def _run(self) -> None:
         self._publish_state()
-        while self._running and self._paused:
-            if self._take_commands(PAUSED_PUBLISH_S):
-                self._paused = False
-                self.get_logger().info("first command received: physics running")
-                break
-            self._publish_state()
+        self._hold()
         self._wall_start = time.monotonic()
         self._sim_start = self.sim.time
         next_status = self._wall_start + 1.0
         deadline = self._wall_start
         while self._running:
+            if self._held:  # paused at run time
+                self._hold()
+                deadline = time.monotonic()
             if self.lockstep:
                 self._wait_for_command()
             else:
@@ -423,8 +448,8 @@ class SimBridgeNode(Node):
         if nanosec >= 1_000_000_000:
             sec, nanosec = sec + 1, nanosec - 1_000_000_000
         self._time.sec, self._time.nanosec = sec, nanosec
-        self._clock.set_stamp(sec, nanosec)
-        self.pub_clock.publish(self._clock.cdr())
+        self._clock_msg.set_stamp(sec, nanosec)
+        self.pub_clock.publish(self._clock_msg.cdr())
         if m.floating_base:
             o = self._odom
             o.set_stamp(sec, nanosec)
