@@ -7,12 +7,14 @@ the input stopped while the body falls on. Instead, for at most ``horizon_s`` af
 last accepted input, the controller keeps controlling on the state its own model says
 the robot reached: the last accepted (q, v) integrated forward with the generalized
 acceleration q̈ of each tick's solve (the formulation's, which satisfies the dynamics
-and holds the stance contacts), semi-implicit Euler as the velocity-level formulations
-discretize it (seed 000 §3.2: q̈ = (v⁺ − v)/Δt)::
+and holds the stance contacts' acceleration), semi-implicit Euler as the velocity-level
+formulations discretize it (seed 000 §3.2: q̈ = (v⁺ − v)/Δt), the planned stance points
+stopped as an inelastic impact would (:meth:`StatePredictor.hold_stance`)::
 
     predictor = StatePredictor(model, horizon_s=0.25)
     predictor.start(q_last, v_last)              # the first tick without input
-    q, v = predictor.step(formulation.qdd, dt)   # every such tick (None once past the horizon)
+    q, v = predictor.step(formulation.qdd, dt, stance=planned_stance)  # every such tick
+                                                 # (None once past the horizon)
 
 The prediction is bounded: never longer than ``horizon_s`` (then :meth:`step` returns
 None and the caller gives the safe output), never non-finite (a non-finite q̈ counts as
@@ -49,6 +51,7 @@ class StatePredictor:
         self.v = np.zeros(model.nv)
         self._dq = np.zeros(model.nv)
         self._qdd = np.zeros(model.nv)
+        self._data = model.pin_model.createData()  # its own: the tick's kinematics stay untouched
         nb = model.n_base
         joints = model.joint_q_index
         self._joints = joints
@@ -80,9 +83,15 @@ class StatePredictor:
         """Fresh input again (or the safe output): the next gap starts anew."""
         self.active = False
 
-    def step(self, qdd: np.ndarray, dt: float) -> tuple[np.ndarray, np.ndarray] | None:
+    def step(self, qdd: np.ndarray, dt: float, stance=None) -> tuple[np.ndarray, np.ndarray] | None:
         """Advance by ``dt`` [s] with the generalized acceleration ``qdd`` of the last solve
-        (v ← v + q̈ dt, q ← q ⊕ v dt); None when that would pass the horizon."""
+        (v ← v + q̈ dt, q ← q ⊕ v dt); None when that would pass the horizon.
+
+        ``stance``: the contacts (model order, bool) that hold the ground now. Their points
+        get zero velocity (:meth:`hold_stance`): the solve's q̈ holds a stance contact's
+        *acceleration* at zero, so a velocity it had when the input stopped (a foot that
+        had just touched down, a slipping one) would persist for the whole gap, and a foot
+        the schedule puts down is stopped by the ground, not by q̈."""
         if not self.active or self.age_s + dt > self.horizon_s + 1e-9:
             return None
         qdd_ = self._qdd
@@ -92,6 +101,8 @@ class StatePredictor:
         v += qdd_ * dt
         joints_v = v[self._nb:]
         np.clip(joints_v, -self._v_max, self._v_max, out=joints_v)
+        if stance is not None:
+            self.hold_stance(stance)
         np.multiply(v, dt, out=self._dq)
         self.q[:] = pin.integrate(self.model.pin_model, self.q, self._dq)
         qj = self.q[self._joints]
@@ -100,3 +111,20 @@ class StatePredictor:
         self.age_s += dt
         self.ticks += 1
         return self.q, self.v
+
+    def hold_stance(self, stance) -> None:
+        """Stop the ``stance`` contact points: v ← v − M⁻¹Jᵀ(J M⁻¹Jᵀ)⁺ J v, the velocity
+        after a perfectly inelastic impact at those points (J: their translational
+        Jacobians at q; the smallest change of v in the kinetic-energy metric that zeroes J v)."""
+        idx = np.flatnonzero(np.asarray(stance, dtype=bool))
+        if idx.size == 0:
+            return
+        pm, data, ids = self.model.pin_model, self._data, self.model.contact_frame_ids
+        pin.computeJointJacobians(pm, data, self.q)
+        M = pin.crba(pm, data, self.q)
+        M = np.triu(M) + np.triu(M, 1).T
+        J = np.vstack([pin.getFrameJacobian(pm, data, ids[i], pin.LOCAL_WORLD_ALIGNED)[:3] for i in idx])
+        Minv_Jt = np.linalg.solve(M, J.T)
+        # redundant points (a sole's corners) make J M⁻¹Jᵀ singular: least squares
+        impulse = np.linalg.lstsq(J @ Minv_Jt, J @ self.v, rcond=1e-10)[0]
+        self.v -= Minv_Jt @ impulse

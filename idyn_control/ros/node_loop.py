@@ -482,14 +482,15 @@ class LoopMixin:
                                 f"predicted state (prediction_horizon "
                                 f"{self._node_params['prediction_horizon'] * 1e3:g} ms)")
         qdd = self.ctrl.formulation.qdd
+        stance = self._predicted_contacts()  # their points held still (StatePredictor.step)
         # the prediction keeps the input's clock: a period per period of age (several after a
         # late timer, none when the clock, simulated, has not moved on)
         for _ in range(int(round((age - pred.age_s) / self.period_s))):
-            if pred.step(qdd, self.period_s) is None:
+            if pred.step(qdd, self.period_s, stance=stance) is None:
                 break
         self._q[:] = pred.q
         self._v[:] = pred.v
-        self._mask[:] = self._predicted_contacts()
+        self._mask[:] = stance
         self._prediction_age_s = pred.age_s
         self._predicted_ticks += 1
 

@@ -284,13 +284,13 @@ class LockstepRunner:
                 if faults.predicted:  # no input: the state it predicts (the node's prediction_horizon)
                     if not predictor.active:
                         predictor.start(q, v)
-                    q, v = predictor.step(ctrl.formulation.qdd, s.dt)
+                    # contacts as planned: the gait's schedule, else the last estimate
+                    mask = gait.planned_stance.copy() if gait is not None else mask
+                    q, v = predictor.step(ctrl.formulation.qdd, s.dt, stance=mask)
                     # how far the prediction is from the robot (q_meas: this tick's truth)
                     joints = robot.joint_q_index
                     pred_err[0] = max(pred_err[0], float(np.abs(q[:3] - q_meas[:3]).max()) if self.legged else 0.0)
                     pred_err[1] = max(pred_err[1], float(np.abs(q[joints] - q_meas[joints]).max()))
-                    # contacts as planned: the gait's schedule, else the last estimate
-                    mask = gait.planned_stance.copy() if gait is not None else mask
                 else:
                     predictor.stop()
                 if faults.recovered:  # after a watchdog trip: hold the measured posture, as the node
