@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from idyn_control import formulations, robots
-from idyn_control.controller import Controller, ControllerConfig
+from idyn_control.controller import Controller, ControllerConfig, trim_heap
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") / 1024
@@ -112,6 +112,7 @@ def soak(robot: str, formulation: str, backend: str, ticks: int, windows: int) -
         if i % REBUILD_EVERY == REBUILD_EVERY - 1:  # the node's rebuild on an option change
             ctrl.formulation = formulations.make(formulation, model, dt=config.dt, **config.formulation_options)
             ctrl.formulation.reset()
+            trim_heap()  # as the node after a formulation change (node_loop._release_retired)
             counts["rebuilds"] += 1
         c0, t0 = time.thread_time(), time.perf_counter()
         cmd = ctrl.update(q, v, mask)

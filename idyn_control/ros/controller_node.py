@@ -325,6 +325,7 @@ class ControllerNode(InputsMixin, MonitoringMixin, NativeLoopMixin, LoopMixin, L
         self._meas_stale_ticks = 0
         self._pending_fields: dict[str, Any] = {}
         self._pending_formulation = None
+        self._retired_formulation = None  # replaced by the tick, released by the executor (node_loop)
         self._stats = LoopStats(self.period_s)
         self._drops = {(i, r): 0 for i, rs in DROP_REASONS.items() for r in rs}
         self._status_counts = {s: 0 for s in STATUSES}

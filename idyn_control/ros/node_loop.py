@@ -283,6 +283,8 @@ class LoopMixin:
                 and LATE_PERIODS * self.period_s < self._input_age(now) <= horizon + self.period_s)
 
     def _on_watchdog_timer(self) -> None:
+        if self._retired_formulation is not None:
+            self._release_retired()
         now = time.monotonic()
         if not self._predict_timer.is_canceled():
             return  # an input gap: the prediction timer ticks
@@ -593,8 +595,22 @@ class LoopMixin:
             self.ctrl.set_gains(**fields)
         if pending is not None:  # built and validated in the parameter callback
             formulation, options = pending
+            with self._lock:  # freed off the tick (_release_retired): not a tick's work
+                self._retired_formulation = self.ctrl.formulation
             self.ctrl.formulation = formulation
             self.ctrl.config.formulation_options = options
+
+    def _release_retired(self) -> None:
+        """The executor's side of a formulation change: free the replaced one and give the
+        memory back (controller.trim_heap), so a long run's resident memory does not keep
+        the moment both coexisted (bench/soak.py)."""
+        with self._lock:
+            retired, self._retired_formulation = self._retired_formulation, None
+        if retired is not None:
+            from ..controller import trim_heap
+
+            del retired
+            trim_heap()
 
 
 def set_timer_slack(ns: int = 1) -> bool:
