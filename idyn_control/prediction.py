@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 import pinocchio as pin
+from scipy import linalg
 
 from .errors import ConfigError
 from .model import RobotModel
@@ -52,6 +53,8 @@ class StatePredictor:
         self._dq = np.zeros(model.nv)
         self._qdd = np.zeros(model.nv)
         self._data = model.pin_model.createData()  # its own: the tick's kinematics stay untouched
+        self._J = np.zeros((3 * len(model.contact_frame_ids), model.nv))  # stance points' Jacobian
+        self._held = np.zeros(len(model.contact_frame_ids), dtype=bool)  # the points stopped so far
         nb = model.n_base
         joints = model.joint_q_index
         self._joints = joints
@@ -76,6 +79,7 @@ class StatePredictor:
         self.q[:] = q
         self.v[:] = v
         self.age_s = float(age_s)
+        self._held[:] = False
         self.active = True
         self.gaps += 1
 
@@ -88,10 +92,11 @@ class StatePredictor:
         (v ← v + q̈ dt, q ← q ⊕ v dt); None when that would pass the horizon.
 
         ``stance``: the contacts (model order, bool) that hold the ground now. Their points
-        get zero velocity (:meth:`hold_stance`): the solve's q̈ holds a stance contact's
-        *acceleration* at zero, so a velocity it had when the input stopped (a foot that
-        had just touched down, a slipping one) would persist for the whole gap, and a foot
-        the schedule puts down is stopped by the ground, not by q̈."""
+        get zero velocity (:meth:`hold_stance`) when the prediction starts and when one
+        comes down: the solve's q̈ holds a stance contact's *acceleration* at zero, so a
+        velocity it had when the input stopped (a foot that had just touched down, a
+        slipping one) would persist for the whole gap, and a foot the schedule puts down is
+        stopped by the ground, not by q̈."""
         if not self.active or self.age_s + dt > self.horizon_s + 1e-9:
             return None
         qdd_ = self._qdd
@@ -102,7 +107,10 @@ class StatePredictor:
         joints_v = v[self._nb:]
         np.clip(joints_v, -self._v_max, self._v_max, out=joints_v)
         if stance is not None:
-            self.hold_stance(stance)
+            stance = np.asarray(stance, dtype=bool)
+            if (stance & ~self._held).any():  # the prediction starts or a point comes down: stop
+                self.hold_stance(stance)      # it (the next solves' q̈ keep it still)
+            self._held[:] = stance
         np.multiply(v, dt, out=self._dq)
         self.q[:] = pin.integrate(self.model.pin_model, self.q, self._dq)
         qj = self.q[self._joints]
@@ -121,10 +129,14 @@ class StatePredictor:
             return
         pm, data, ids = self.model.pin_model, self._data, self.model.contact_frame_ids
         pin.computeJointJacobians(pm, data, self.q)
-        M = pin.crba(pm, data, self.q)
-        M = np.triu(M) + np.triu(M, 1).T
-        J = np.vstack([pin.getFrameJacobian(pm, data, ids[i], pin.LOCAL_WORLD_ALIGNED)[:3] for i in idx])
-        Minv_Jt = np.linalg.solve(M, J.T)
-        # redundant points (a sole's corners) make J M⁻¹Jᵀ singular: least squares
-        impulse = np.linalg.lstsq(J @ Minv_Jt, J @ self.v, rcond=1e-10)[0]
+        M = pin.crba(pm, data, self.q)  # its upper triangle: what the factorization reads
+        J = self._J[: 3 * idx.size]
+        for row, i in enumerate(idx):
+            J[3 * row: 3 * row + 3] = pin.getFrameJacobian(pm, data, ids[i], pin.LOCAL_WORLD_ALIGNED)[:3]
+        Minv_Jt = linalg.cho_solve(linalg.cho_factor(M, check_finite=False), J.T, check_finite=False)
+        A = J @ Minv_Jt
+        # redundant points (a sole's corners) make J M⁻¹Jᵀ singular: a relative 1e-12 ridge
+        # (J v then vanishes to that relative accuracy)
+        A.flat[:: A.shape[0] + 1] += 1e-12 * np.trace(A) + 1e-300
+        impulse = linalg.cho_solve(linalg.cho_factor(A, check_finite=False), J @ self.v, check_finite=False)
         self.v -= Minv_Jt @ impulse
