@@ -63,12 +63,15 @@ def measure(ground: str, controller: str, duration: float) -> dict:
             unloaded.append(any((~touching[k:k + UNLOAD_WINDOW, j]).any() for j in others))
     planned = tr.planned_stance[window]
     total = fz[window].sum(axis=1)
-    knees = [3 * leg + 2 for leg in range(fz.shape[1])]
-    knee_err = np.abs(tr.q[window][:, 7:][:, knees] - tr.q_ref[window][:, knees])
+    robot = runner.robot
+    knees = np.array([i for i, name in enumerate(robot.joint_names) if "KFE" in name])
+    knee_err = np.abs(tr.q[window][:, robot.joint_q_index[knees]] - tr.q_ref[window][:, knees])
+    if not peak:  # fell before any touchdown of the trot
+        landing_vz, peak, peak_tick, unloaded = [np.nan], [np.nan], [np.nan], [np.nan]
     return {
         "cell": f"{ground}/{controller}", "fell": bool(run.metrics["fell"]),
         "fall_time_s": run.metrics.get("fall_time_s"), "weight_N": float(runner.weight),
-        "touchdowns": len(peak), "landing_vz_mean_m_s": float(np.mean(landing_vz)),
+        "touchdowns": int(np.isfinite(peak).sum()), "landing_vz_mean_m_s": float(np.mean(landing_vz)),
         "peak_normal_N_mean": float(np.mean(peak)), "peak_normal_N_max": float(np.max(peak)),
         "peak_tick_mean": float(np.mean(peak_tick)), "stance_foot_lost_fraction": float(np.mean(unloaded)),
         "planned_stance_off_ground": float((planned & ~touching[window]).sum() / planned.sum()),
