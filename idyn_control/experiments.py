@@ -187,21 +187,26 @@ def cells(quick: bool = False, only: tuple[str, ...] = (), stabilization: str = 
 
 
 # ====================================================================== one cell (worker)
+def legged_scenario(cell: Cell):
+    """The lock-step :class:`~idyn_control.sim.lockstep.Scenario` of a planar or height-map cell."""
+    from .sim.lockstep import Scenario
+
+    _, formulation, options = CONTROLLERS[cell.controller]
+    overrides = GROUNDS[cell.ground][1] if cell.group == "planar" else {"terrain": "heightmap",
+                                                                       "terrain_seed": cell.terrain_seed}
+    return Scenario(robot="quadruped", formulation=formulation, formulation_options=dict(options),
+                    duration=cell.duration_s, task=cell.task, velocity=(0.2, 0.0, 0.0),
+                    controller={"stabilization": cell.stabilization}, **overrides)
+
+
 def run_cell(cell: Cell) -> dict[str, Any]:
     """Run one cell in this process; a JSON-ready summary (metrics, fall, series for the figures)."""
     import pinocchio as pin
 
-    from .sim.lockstep import Scenario
-
-    label, formulation, options = CONTROLLERS[cell.controller]
     if cell.group == "manipulator":
         return _run_manipulator_cell(cell)
-    overrides = GROUNDS[cell.ground][1] if cell.group == "planar" else {"terrain": "heightmap",
-                                                                       "terrain_seed": cell.terrain_seed}
-    scenario = Scenario(robot="quadruped", formulation=formulation, formulation_options=dict(options),
-                        duration=cell.duration_s, task=cell.task, velocity=(0.2, 0.0, 0.0),
-                        controller={"stabilization": cell.stabilization}, **overrides)
-    out, runner, run = _run_lockstep(cell, scenario, label)
+    scenario = legged_scenario(cell)
+    out, runner, run = _run_lockstep(cell, scenario, CONTROLLERS[cell.controller][0])
     if run is None:
         return out
     tr, m = run.trace, run.metrics
