@@ -413,37 +413,61 @@ def _free_domain_id() -> int:
     return random.Random(os.getpid() ^ time.time_ns()).randint(100, 230)
 
 
-def _unpause_when_matched(node, executor, matched: dict[str, Callable[[], bool]], procs, timeout: float) -> str | None:
-    """Spin until every check in ``matched`` holds, then set the bridge's ``paused`` false
-    (asked again until it answers: a service response can be lost while discovery is still
-    settling). Returns a failure, or None."""
+def set_remote_parameter(node, spin: Callable[[], None], target: str, name: str, value: bool, timeout: float,
+                         dead: Callable[[], str | None] = lambda: None) -> str | None:
+    """Set the bool parameter ``name`` of the node ``target`` through its SetParameters
+    service, asked again every second until it answers (a response can be lost while DDS
+    discovery is still settling); ``spin`` runs ``node``'s callbacks once, ``dead`` names a
+    process that died meanwhile. Returns None, or why it was not set."""
     from rcl_interfaces.msg import Parameter as ParameterMsg, ParameterType, ParameterValue
     from rcl_interfaces.srv import SetParameters
 
-    start = time.monotonic()
-    client = node.create_client(SetParameters, f"/{BRIDGE}/set_parameters")
+    end = time.monotonic() + timeout
+    client = node.create_client(SetParameters, f"/{target}/set_parameters")
     request = SetParameters.Request(parameters=[ParameterMsg(
-        name="paused", value=ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=False))])
-    future = None
-    while time.monotonic() - start < timeout:
-        executor.spin_once(timeout_sec=0.02)
-        dead = [name for name, p in procs.items() if p.poll() is not None]
-        if dead:
-            return f"{', '.join(dead)} exited before the physics started"
-        if not all(check() for check in matched.values()) or not client.service_is_ready():
-            continue
-        if future is None or (not future.done() and time.monotonic() - asked > 1.0):
-            if future is not None:
-                client.remove_pending_request(future)
-            future, asked = client.call_async(request), time.monotonic()
-        elif future.done():
-            if future.result() is not None and future.result().results[0].successful:
-                node.destroy_client(client)
-                return None
-            future = None
-    waiting = [name for name, check in matched.items() if not check()]
-    return (f"the nodes did not discover each other within {timeout:g} s (unmatched: {', '.join(waiting)})"
-            if waiting else f"the bridge did not unpause within {timeout:g} s")
+        name=name, value=ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=value))])
+    future, asked = None, 0.0
+    try:
+        while time.monotonic() < end:
+            spin()
+            died = dead()
+            if died:
+                return died
+            if not client.service_is_ready():
+                continue
+            if future is not None and future.done():
+                result = future.result()
+                if result is not None and result.results[0].successful:
+                    return None
+                future = None
+            if future is None or time.monotonic() - asked > 1.0:
+                if future is not None:
+                    client.remove_pending_request(future)
+                future, asked = client.call_async(request), time.monotonic()
+        return f"{target} did not set {name} within {timeout:g} s"
+    finally:
+        node.destroy_client(client)
+
+
+def _unpause_when_matched(node, executor, matched: dict[str, Callable[[], bool]], procs, timeout: float) -> str | None:
+    """Spin until every check in ``matched`` holds, then set the bridge's ``paused`` false.
+    Returns a failure, or None."""
+    end = time.monotonic() + timeout
+    spin = lambda: executor.spin_once(timeout_sec=0.02)  # noqa: E731
+
+    def dead() -> str | None:
+        names = [name for name, p in procs.items() if p.poll() is not None]
+        return f"{', '.join(names)} exited before the physics started" if names else None
+
+    while not all(check() for check in matched.values()):
+        if time.monotonic() > end:
+            waiting = [name for name, check in matched.items() if not check()]
+            return f"the nodes did not discover each other within {timeout:g} s (unmatched: {', '.join(waiting)})"
+        spin()
+        died = dead()
+        if died:
+            return died
+    return set_remote_parameter(node, spin, BRIDGE, "paused", False, max(end - time.monotonic(), 1.0), dead)
 
 
 def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:

@@ -31,7 +31,7 @@ from sensor_msgs.msg import JointState  # noqa: E402
 from std_msgs.msg import Float64MultiArray  # noqa: E402
 
 from idyn_control import robots  # noqa: E402
-from idyn_control.demo import DemoOptions, controller_params  # noqa: E402
+from idyn_control.demo import DemoOptions, controller_params, set_remote_parameter  # noqa: E402
 from idyn_control.sim import build_mujoco  # noqa: E402
 
 DOMAIN_ID = random.Random(os.getpid() ^ time.time_ns()).randint(1, 200)
@@ -212,25 +212,8 @@ def test_bridge_ignores_bad_commands_and_zeroes_torque_after_the_timeout(listene
 
 
 def set_bridge_parameter(listener: Listener, name: str, value: bool, timeout: float = 30.0) -> bool:
-    """SetParameters on the bridge, asked again each second until it answers successful."""
-    from rcl_interfaces.msg import Parameter as ParameterMsg, ParameterType, ParameterValue
-    from rcl_interfaces.srv import SetParameters
-
-    client = listener.node.create_client(SetParameters, "/idyn_sim/set_parameters")
-    request = SetParameters.Request(parameters=[ParameterMsg(
-        name=name, value=ParameterValue(type=ParameterType.PARAMETER_BOOL, bool_value=value))])
-    end = time.monotonic() + timeout
-    try:
-        while time.monotonic() < end:
-            if not listener.spin_until(client.service_is_ready, timeout=1.0):
-                continue
-            future = client.call_async(request)
-            if listener.spin_until(future.done, timeout=1.0):
-                return future.result().results[0].successful
-            client.remove_pending_request(future)
-        return False
-    finally:
-        listener.node.destroy_client(client)
+    """SetParameters on the bridge, as the demo sets ``paused`` (asked again until it answers)."""
+    return set_remote_parameter(listener.node, listener._spin, "idyn_sim", name, value, timeout) is None
 
 
 def test_bridge_holds_the_physics_while_paused(listener, tmp_path):
