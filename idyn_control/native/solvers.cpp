@@ -48,6 +48,7 @@ constexpr int RESCUE_MAX_ITER = 1000;        // as qp_contact.RESCUE_MAX_ITER
 constexpr int PYRAMID_ROWS = 5;
 constexpr double STAGE2_TIKHONOV = 1e-9;  // as qp_contact.STAGE2_TIKHONOV
 constexpr double STAGE1_TIKHONOV = 1e-7;  // as qp_contact.STAGE1_TIKHONOV
+constexpr double STAGE1_TIKHONOV_RETRY = 1e-5;  // as qp_contact.STAGE1_TIKHONOV_RETRY
 constexpr double STANCE_DAMPING = 1e-9;   // as qp_contact.STANCE_DAMPING
 // values of qp_contact's ``dissipation`` option, in qp_contact.DISSIPATION's order
 enum Dissipation { DISSIPATE_CONTACTS = 0, DISSIPATE_DESIRED = 1, DISSIPATE_BASE_MOMENTUM = 2 };
@@ -933,7 +934,8 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
       // Stage I: ½ ‖v_b⁺ − v_b*‖²_A as a function of f, scaled by 1/Δt²
       Qp& s1 = c.stage1;
       s1.H.noalias() = Jb * c.Z;
-      s1.H.diagonal().array() += STAGE1_TIKHONOV * s1.H.trace();  // as qp_contact.py
+      const double trace1 = s1.H.trace();
+      s1.H.diagonal().array() += STAGE1_TIKHONOV * trace1;  // as qp_contact.py
       c.v_plus.head(nb) = t.v.head(nb) + dt * c.p - c.vb_star;
       s1.g.noalias() = Jb * c.v_plus.head(nb);
       s1.g /= dt;
@@ -952,6 +954,12 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
       }
       int s1_status = s1.solve();
       c.add_effort(s1);
+      if (s1_status == MAX_ITER) {
+        // flat along internal forces: once more, more regularized (qp_contact.py)
+        s1.H.diagonal().array() += (STAGE1_TIKHONOV_RETRY - STAGE1_TIKHONOV) * trace1;
+        s1_status = s1.solve();
+        c.add_effort(s1);
+      }
       status = s1_status;
       if (s1_status != SOLVED) {
         // prescribed joint motion drives a foot into the ground faster than the base
