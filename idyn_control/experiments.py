@@ -497,9 +497,12 @@ def _manipulator_markdown(report: dict[str, Any]) -> list[str]:
         return lines + ["not run (no manipulator cell selected).", ""]
     lines += ["Panda arm (7 DoF) + four 1-DoF fingers with spherical tips holding a free 5 cm box of "
               "6000 kg/m³ (0.75 kg); every arm joint follows a 0.1 rad, 3 Hz sinusoid (ramped in over "
-              "0.5 s), the fingers are referenced 0.05 rad further closed than touching, with zero "
-              "velocity and acceleration. The controller is told which fingertips touch the box "
-              "(closest features ≤ 0.5 mm). 3 s, 1 kHz lock-step MuJoCo.", "",
+              "0.5 s), the fingers hold (zero velocity and acceleration) and the hand's grip, a finger "
+              "torque 3 N·m/rad × 0.05 rad towards closing (1.9 N at each fingertip), is added to "
+              "every controller's output (Pacer's grasp component); the inverse dynamics does not "
+              "model it, so the fingertip normal error includes the grip. The controller is told "
+              "which fingertips touch the box (closest features ≤ 0.5 mm). 3 s, 1 kHz lock-step "
+              "MuJoCo.", "",
               "| box μ | controller | outcome | arm error mean / while held / last 0.5 s [rad] "
               "| fingertip normal error (rel.) | paper (qualitative) |", "|---|---|---|---|---|---|"]
     for c in cs:

@@ -197,9 +197,10 @@ def test_mujoco_grasp_model_matches_pinocchio(grasp):
 
 def test_closed_loop_grasp_holds_the_box_and_tracks():
     """1 s of the §8.4.1 grasp (μ = 1, ID(t_i)QP,μ), lock-step MuJoCo: the box stays within
-    1 cm of the fingertips' centroid (measured 6.5 mm), the arm tracks its 3 Hz sinusoid
-    (Σ over 7 joints of |θ − θ_des|: measured 0.0066 rad), and the predicted fingertip
-    normal forces are within 25 % of MuJoCo's (measured 13 % of 7.4 N)."""
+    1 cm of the fingertips' centroid (measured 2.2 mm), the arm tracks its 3 Hz sinusoid
+    (Σ over 7 joints of |θ − θ_des|: measured 0.0057 rad), and the predicted fingertip
+    normal forces are within 30 % of MuJoCo's (measured 22 % of 7.7 N; the hand's grip,
+    1.9 N per fingertip, is no force the formulation predicts)."""
     run = run_scenario(robot="panda_grasp", formulation="qp_coulomb", friction=1.0, duration=1.0)
     m, tr = run.metrics, run.trace
     assert not m["box_dropped"] and m["fallback_ticks"] == 0
@@ -207,8 +208,35 @@ def test_closed_loop_grasp_holds_the_box_and_tracks():
     assert m["arm_error_sum_rad_mean"] < 0.012
     assert tr.contact[-200:].all()                         # every fingertip touches the box to the end
     assert m["tip_normal_measured_N"] > 2.0                # the fingers squeeze (7.4 N box weight, μ = 1)
-    assert m["tip_normal_error_rel"] < 0.25
+    assert m["tip_normal_error_rel"] < 0.30
     # the arm moved: the sinusoid is not trivially tracked by standing still
     arm = slice(7, 14)
     assert np.ptp(tr.q[:, arm], axis=0).max() > 0.1
     assert math.isfinite(m["torque_rate_mean_Nm_s"])
+
+
+@pytest.mark.parametrize("formulation, friction", [
+    ("qp_coulomb", 10.0), ("qp_coulomb", math.inf), ("qp_noslip", math.inf),
+    ("sensed", 1.0), ("sensed", math.inf), ("pid", math.inf)])
+def test_the_grasp_holds_the_box_where_the_paper_held_it(formulation, friction):
+    """Seed 000 §8.4.1: with a sticky box every controller holds it, and ID(t_{i−1}) holds it
+    at μ = 1 too. High friction is the hard case for the predicting controllers: their
+    minimum-torque forces hold the box with almost no normal force, which MuJoCo's soft
+    contact cannot keep up (the box dropped within 0.2 s at μ = ∞ and 0.6 s at μ = 10 before
+    the hand's grip, and Stage I stopped at its iteration cap on μ ≈ ∞ before its retry, more
+    regularized). 1 s, lock-step: no drop, at most a few fallback ticks, every fingertip on
+    the box to the end, the grip squeezes, the ID controllers track the arm's sinusoid (PID
+    does not: the paper's "large tracking errors")."""
+    run = run_scenario(robot="panda_grasp", formulation=formulation, friction=friction, duration=1.0)
+    m, tr = run.metrics, run.trace
+    assert not m["box_dropped"], m["box_drop_time_s"]
+    # the sensed controller's first tick has no measured force; at μ ≈ ∞ Stage I of the QPs
+    # still stops at its cap on a few ticks (0–3 in 3 s, varying with round-off): safe output
+    assert m["fallback_ticks"] <= 5
+    assert m["box_offset_max_held_m"] < 0.010
+    assert tr.contact[-200:].all()
+    assert m["tip_normal_measured_N"] > 1.0
+    if formulation != "pid":
+        assert m["arm_error_sum_rad_mean"] < 0.012
+    # the commands respect the effort limits, grip included
+    assert (np.abs(tr.tau) <= robots.load("panda_grasp", friction=1.0).tau_max + 1e-9).all()

@@ -16,8 +16,9 @@ Legged robots stand up, trot at the commanded velocity (seed 000 §7.6 gait) and
 optionally stop; fixed-base arms follow the sinusoidal joint trajectory of seed 000
 §7.2.2 with joint PD on top of the formulation (``rnea`` + PD). An arm with a hand
 (``panda_grasp``) holds a free box between its fingertips meanwhile (seed 000 §7.2.2,
-§8.4.1): the box is placed touching the fingertips, the fingers are commanded a little
-further closed with zero velocity and acceleration, and the controller is told which
+§8.4.1): the box is placed touching the fingertips, the fingers are commanded to hold
+(zero velocity and acceleration) while the hand's grip, a finger torque towards a little
+further closed, is added to the controller's output, and the controller is told which
 fingertips touch the box, as legged robots are told their feet.
 """
 
@@ -65,9 +66,19 @@ def controller_overrides(spec: robots.RobotSpec, model) -> dict[str, Any]:
                                     model, joints)
 
 
-#: the grasp (seed 000 §7.2.2): fingers start touching the box; their reference is this much
-#: further closed [rad] (about 4 mm into the box at the fingertip: they press while gripping)
+#: the grasp (seed 000 §7.2.2): fingers start touching the box and are commanded to hold
+#: (zero velocity and acceleration); the hand's grip, a joint PD *torque* on each finger towards
+#: this much further closed [rad], is added to every controller's output, as Pacer's grasp
+#: component adds its finger feedback to the load goal. The inverse dynamics does not model it
+#: (the grip's squeeze is an internal force: no box motion asks for it), so without it nothing
+#: presses the fingertips on the box but the forces the formulation predicts, which with high
+#: friction hold the box with almost no normal force: the fingertips bounced off it (μ ≥ 10)
 GRASP_SQUEEZE_RAD = 0.05
+#: the grip's gains [N·m/rad, N·m·s/rad]: 0.15 N·m per finger against the box, 1.9 N at the
+#: fingertip (8 cm): at μ = 1 the four fingers' friction just carries the box's weight at rest
+#: (7.4 N); the damping is about critical for a finger's inertia (≈ 1.5·10⁻⁴ kg m²)
+GRASP_GRIP_KP = 3.0
+GRASP_GRIP_KD = 0.04
 #: the grasp's contact estimate: a fingertip touches the box when its sphere is within this
 #: distance of the box [m] (closest features, seed 000 §4; the box starts exactly touching,
 #: where a force threshold would see nothing until it has slipped)
@@ -221,7 +232,7 @@ class LockstepRunner:
             self.q_joints0 = self.q_start[self.robot.joint_q_index]
             self.q_joints_ref0 = self.q_joints0.copy()
             if self.grasp:
-                self.q_joints_ref0[self._gripper] += GRASP_SQUEEZE_RAD
+                self.grip_target = self.q_joints0[self._gripper] + GRASP_SQUEEZE_RAD
 
     # ------------------------------------------------------------------ references
     def _arm_reference(self, t: float):
@@ -242,6 +253,17 @@ class LockstepRunner:
             v = r * amp * w * np.cos(w * t + phase) + dr * dq
             a = r * a + 2.0 * dr * amp * w * np.cos(w * t + phase)
         return q, v, a
+
+    def _grip(self, q: np.ndarray, v: np.ndarray, tau: np.ndarray) -> np.ndarray:
+        """``tau`` plus the hand's grip on the fingers (GRASP_GRIP_KP, GRASP_GRIP_KD), within
+        the effort limits."""
+        out = tau.copy()
+        fingers = self._gripper
+        qf = q[self.robot.joint_q_index][fingers]
+        vf = v[self.robot.n_base:][fingers]
+        out[fingers] += GRASP_GRIP_KP * (self.grip_target - qf) - GRASP_GRIP_KD * vf
+        lim = self.robot.tau_max
+        return np.clip(out, -lim, lim)
 
     # ------------------------------------------------------------------ run
     def run(self, progress: Callable[[dict[str, Any]], None] | None = None) -> Run:
@@ -317,6 +339,8 @@ class LockstepRunner:
                 cmd = ctrl.update(q, v, mask) if fresh else ctrl.safe_command(q, np.zeros(robot.nv), mask)
             tick_s = time.perf_counter() - t0
             misses += tick_s > s.dt
+            if self.grasp:  # the hand's grip goes to the motors with the controller's torque
+                cmd = replace(cmd, tau=self._grip(q, v, cmd.tau))
             # record (state and references of this tick; forces of the coming period)
             trace.t[n] = t
             trace.q[n], trace.v[n] = q_meas, v_meas  # the robot's state (faults change only the controller's view)
