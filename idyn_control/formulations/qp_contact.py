@@ -81,8 +81,8 @@ STAGE2_TIKHONOV = 1e-9
 STAGE1_TIKHONOV = 1e-7
 #: ... and Stage I's once more when ProxQP stopped at its cap: the grasp's Stage I (a 0.75 kg
 #: box, μ ≈ ∞: nothing bounds the fingertips' internal forces but n·f ≥ 0) did so on over half
-#: the ticks and the box dropped; with this term it solves every tick. It biases the optimal
-#: base wrench by ~1e-5 relative (G1 standing: 0.006 N of 327 N), hence a retry, not the default
+#: the ticks and the box dropped; with this term all but 0–3 of 3000 ticks solve. It biases the
+#: optimal base wrench by ~1e-5 relative (G1 standing: 0.006 N of 327 N): a retry, not the default
 STAGE1_TIKHONOV_RETRY = 1e-5
 #: values of the ``dissipation`` option (Stage I's target base velocity)
 DISSIPATION = native.DISSIPATION
