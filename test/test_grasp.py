@@ -219,9 +219,10 @@ def test_closed_loop_grasp_holds_the_box_and_tracks():
     ("qp_coulomb", 10.0), ("qp_coulomb", math.inf), ("qp_noslip", math.inf),
     ("sensed", 1.0), ("sensed", math.inf), ("pid", math.inf),
     ("lcp_coulomb", 1.0), ("lcp_noslip", math.inf)])
-def test_the_grasp_holds_the_box_where_the_paper_held_it(formulation, friction):
+def test_the_grasp_holds_the_box_where_the_paper_held_it(grasp, formulation, friction):
     """Seed 000 §8.4.1: with a sticky box every controller holds it, and ID(t_{i−1}) holds it
-    at μ = 1 too (the LCP controllers, not in the paper's grasp, hold it as well). High friction is the hard case for the predicting controllers: their
+    at μ = 1 too (the LCP controllers, not in the paper's grasp, hold it as well). High
+    friction is the hard case for the predicting controllers: their
     minimum-torque forces hold the box with almost no normal force, which MuJoCo's soft
     contact cannot keep up (the box dropped within 0.2 s at μ = ∞ and 0.6 s at μ = 10 before
     the hand's grip, and Stage I stopped at its iteration cap on μ ≈ ∞ before its retry, more
@@ -240,4 +241,4 @@ def test_the_grasp_holds_the_box_where_the_paper_held_it(formulation, friction):
     if formulation != "pid":
         assert m["arm_error_sum_rad_mean"] < 0.012
     # the commands respect the effort limits, grip included
-    assert (np.abs(tr.tau) <= robots.load("panda_grasp", friction=1.0).tau_max + 1e-9).all()
+    assert (np.abs(tr.tau) <= grasp.tau_max + 1e-9).all()
