@@ -284,6 +284,10 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("gait.touchdown_depth", _GAIT.touchdown_depth, DOUBLE,
               "the swing ends this far below the ground [m], so a foot lagging its reference still lands on time",
               (0.0, 0.1), read_only=True),
+    ParamSpec("gait.vertical_fraction", _GAIT.vertical_fraction, DOUBLE,
+              "the first and last this fraction of a swing move the foot only up and down (it travels to its "
+              "foothold in between), so it leaves and meets the ground vertically",
+              (0.0, 0.45), read_only=True),
     ParamSpec("gait.cmd_vel_timeout", 0.5, DOUBLE,
               "idyn_gait_controller: stop trotting when /cmd_vel is older than this [s, wall]", (0.0, 60.0),
               read_only=True),
@@ -313,7 +317,8 @@ SPEC: dict[str, ParamSpec] = {p.name: p for p in PARAMETERS}
 #: parameters that change at run time and map onto ControllerConfig fields
 CONTROLLER_FIELDS: dict[str, str] = {p.name: p.controller_field for p in PARAMETERS if p.controller_field}
 #: parameters that map onto GaitConfig fields (the robot's gait)
-GAIT_FIELDS = frozenset(("gait.period", "gait.duty_factor", "gait.step_height", "gait.touchdown_depth"))
+GAIT_FIELDS = frozenset(("gait.period", "gait.duty_factor", "gait.step_height", "gait.touchdown_depth",
+                         "gait.vertical_fraction"))
 #: gait.balance.<field> → BalanceConfig.<field> (gait.task balance)
 BALANCE_PREFIX = "gait.balance."
 

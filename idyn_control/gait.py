@@ -65,6 +65,12 @@ class GaitConfig:
         max_position_error: horizontal distance the base reference may lead the measured
             base [m] (no wind-up when the robot lags).
         touchdown_depth: the swing ends this far below the ground [m] so it lands firmly.
+        vertical_fraction: the first and the last this fraction of a swing move the foot
+            only up and down; it travels to its foothold in between, so it leaves and meets
+            the ground vertically, as Pacer's swing spline does (control points above the
+            lift-off and the touchdown point). A foot that still moves sideways when it
+            touches a sticky compliant ground is stopped dead: at μ = ∞, 1 mm at rest,
+            Go1, Go2 and ANYmal C tripped over their own swing feet with 0 (issue 10).
         ground_tolerance: a foot this close above the known ground [m] counts as down
             when the gait decides whether the other feet may lift, even if it reads no
             contact (unloaded).
@@ -89,6 +95,7 @@ class GaitConfig:
     max_step_correction: float = 0.04
     max_position_error: float = 0.03
     touchdown_depth: float = 0.002
+    vertical_fraction: float = 0.125
     ground_tolerance: float = 0.001
     early_touchdown: float = 0.5
     late_descent_speed: float = 0.1
@@ -110,6 +117,8 @@ class GaitConfig:
             raise ConfigError("period", self.period, "must be > 0 [s]")
         if not 0.0 < self.duty_factor < 1.0:
             raise ConfigError("duty_factor", self.duty_factor, "must be in (0, 1)")
+        if not 0.0 <= self.vertical_fraction < 0.5:
+            raise ConfigError("vertical_fraction", self.vertical_fraction, "must be in [0, 0.5)")
         if not 0.0 <= self.early_touchdown <= 1.0:
             raise ConfigError("early_touchdown", self.early_touchdown, "must be in [0, 1]")
         if self.feedback_gain is not None and not (np.isfinite(self.feedback_gain) and self.feedback_gain >= 0):
@@ -500,16 +509,19 @@ class Gait:
             if mask[i] and s >= c.early_touchdown:  # touchdown (early or on time)
                 self._plant(i, feet[i])
                 continue
-            if s < 1.0 - 0.2 and self.mode == "trot":  # re-target until the last fifth of the swing
+            # the foot travels to its foothold over the middle [f, 1 − f] of the swing
+            f = c.vertical_fraction
+            travel = (1.0 - 2.0 * f) * Ts
+            if s < f + 0.8 * (1.0 - 2.0 * f) and self.mode == "trot":  # re-target until the travel's last fifth
                 self._touchdown[i] = self._raibert_target(i, t_td=self._swing_start[i] + Ts,
                                                           t=t, q=q, v_world=v_world)
             p0, p1 = self._liftoff[i], self._touchdown[i]
             if s < 1.0:
-                m, dm, ddm = min_jerk(s)
+                m, dm, ddm = min_jerk((s - f) / (1.0 - 2.0 * f))
                 b, db, ddb = swing_bump(s)
                 self.foot_position_ref[i] = p0 + (p1 - p0) * m
-                self.foot_velocity_ref[i] = (p1 - p0) * dm / Ts
-                self.foot_acceleration_ref[i] = (p1 - p0) * ddm / Ts**2
+                self.foot_velocity_ref[i] = (p1 - p0) * dm / travel
+                self.foot_acceleration_ref[i] = (p1 - p0) * ddm / travel**2
                 height = self._swing_height[i]
                 self.foot_position_ref[i, 2] += height * b
                 self.foot_velocity_ref[i, 2] += height * db / Ts

@@ -105,6 +105,50 @@ def test_swing_reaches_step_height_and_lands_on_the_ground():
     np.testing.assert_allclose(apex, c.step_height - 0.5 * c.touchdown_depth, atol=5e-4)
 
 
+@pytest.mark.parametrize("fraction", [0.0, 0.125, 0.3])
+@pytest.mark.parametrize("name", ["go2", "anymal_c"])
+def test_the_swing_leaves_and_meets_the_ground_vertically(name, fraction):
+    """``vertical_fraction`` f: over the first and the last f of a swing the foot's reference
+    moves only up and down, at its lift-off point, then at its touchdown point (re-targeting
+    has stopped); it travels in between. With f = 0 it travels the whole swing."""
+    model, q, ctrl, gait = _gait(name, vertical_fraction=fraction)
+    gait.set_velocity(TROT_SPEED)
+    gait.start(0.0)
+    k = gait.n_feet
+    mask = np.ones(k, dtype=bool)
+    v = np.zeros(model.nv)
+    pos, vel, phase = [], [], []
+    for n in range(1500):
+        mask[:] = ~gait.swinging if n else True  # no contact sensed while swinging
+        gait.update(n * DT, q, v, mask)
+        pos.append(gait.foot_position_ref.copy())
+        vel.append(gait.foot_velocity_ref.copy())
+        # the swing's phase s in [0, 1) (NaN in stance or past the swing's end)
+        s = (n * DT - gait._swing_start) / gait._swing_time
+        phase.append(np.where(gait.swinging & (s < 1.0), s, np.nan))
+    pos, vel, phase = np.array(pos), np.array(vel), np.array(phase)
+    checked = 0
+    for i in range(k):
+        s = phase[:, i]
+        starts = np.flatnonzero(np.isnan(s[:-1]) & ~np.isnan(s[1:])) + 1
+        for a in starts:
+            b = a + np.argmax(np.isnan(s[a:]))  # the swing's ticks [a, b)
+            if b == a or b - a < 50:
+                continue  # runs past the end of the record
+            sw = s[a:b]
+            rising, landing = sw < fraction - 0.01, sw > 1.0 - fraction + 0.01
+            middle = np.abs(sw - 0.5) < 0.1
+            for part in (rising, landing):
+                np.testing.assert_array_equal(vel[a:b][part, i, :2], 0.0)
+                assert np.all(np.abs(vel[a:b][part & (sw > 0.01) & (sw < 0.99), i, 2]) > 0.0)  # up or down
+                if part.any():  # at the lift-off point, then at the touchdown point
+                    assert np.ptp(pos[a:b][part, i, :2], axis=0).max() < 1e-12
+            assert rising.any() == (fraction > 0.0) == landing.any()
+            assert np.linalg.norm(vel[a:b][middle, i, :2], axis=1).min() > 0.01  # travelling
+            checked += 1
+    assert checked >= 2 * k
+
+
 def test_base_reference_integrates_the_commanded_velocity():
     model, q, ctrl, gait = _gait("quadruped", max_position_error=10.0)
     gait.set_velocity(TROT_SPEED, 0.0, 0.0)

@@ -58,7 +58,7 @@ enum ConfigSlot {
   C_PERIOD, C_DUTY_FACTOR, C_STEP_HEIGHT, C_MAX_ACCELERATION, C_MAX_YAW_ACCELERATION, C_FEEDBACK_GAIN,
   C_MAX_STEP_CORRECTION, C_MAX_POSITION_ERROR, C_TOUCHDOWN_DEPTH, C_GROUND_TOLERANCE, C_EARLY_TOUCHDOWN,
   C_LATE_DESCENT_SPEED, C_LATE_TOUCHDOWN_TIME, C_REGAIN_CONTACT_TIME, C_STAND_UP_TIME, C_STAND_SHIFT_SPEED,
-  C_IK_ITERATIONS, C_SWING_DURATION, C_STANCE_DURATION, C_CMD_VEL_TIMEOUT, C_SCALARS
+  C_IK_ITERATIONS, C_SWING_DURATION, C_STANCE_DURATION, C_CMD_VEL_TIMEOUT, C_VERTICAL_FRACTION, C_SCALARS
 };
 // native/gait.py STATE, the scalars first (NaN stands for Python's None; mode 0 stand, 1 trot)
 enum StateScalar {
@@ -324,20 +324,24 @@ void update_feet(Gait& g, double t, double dt, const double* q, const Vec3& v_wo
       plant(g, i);
       continue;
     }
-    if (s < 1.0 - 0.2 && trot)  // re-target until the last fifth of the swing
+    // the foot travels to its foothold over the middle [f, 1 - f] of the swing
+    const double f = g.c(C_VERTICAL_FRACTION);
+    const double travel = (1.0 - 2.0 * f) * Ts;
+    if (s < f + 0.8 * (1.0 - 2.0 * f) && trot)  // re-target until the travel's last fifth
       raibert_target(g, i, g.swing_start[i] + Ts, t, q, v_world, g.touchdown + 3 * i);
     const double* p0 = g.liftoff + 3 * i;
     const double* p1 = g.touchdown + 3 * i;
     if (s < 1.0) {
       double m, dm, ddm, b, db, ddb;
-      min_jerk(s, m, dm, ddm);
+      min_jerk((s - f) / (1.0 - 2.0 * f), m, dm, ddm);
       swing_bump(s, b, db, ddb);
       const double Ts2 = std::pow(Ts, 2.0);
+      const double travel2 = std::pow(travel, 2.0);
       for (int j = 0; j < 3; ++j) {
         const double d = p1[j] - p0[j];
         fp[j] = p0[j] + d * m;
-        fv[j] = d * dm / Ts;
-        fa[j] = d * ddm / Ts2;
+        fv[j] = d * dm / travel;
+        fa[j] = d * ddm / travel2;
       }
       const double h = g.c(C_STEP_HEIGHT);
       fp[2] += h * b;

@@ -32,7 +32,8 @@ the base node's, unchanged.
   ignores /cmd_vel (it warns once) and the robot stands.
 
 Parameters (read-only, in the node's table, config.PARAMETERS): ``gait.enabled``,
-``gait.period`` [s], ``gait.duty_factor``, ``gait.step_height`` [m],
+``gait.period`` [s], ``gait.duty_factor``, ``gait.step_height`` [m], ``gait.touchdown_depth`` [m],
+``gait.vertical_fraction``,
 ``gait.cmd_vel_timeout`` [s], ``gait.task``, ``gait.balance.*``; the standing pose is
 ``standing_pose.joints/positions``.
 
@@ -101,7 +102,8 @@ class GaitControllerNode(ControllerNode):
                                                         clock=Clock(clock_type=ClockType.STEADY_TIME))
         q_stand = self._standing_configuration()
         config = GaitConfig(period=get("gait.period"), duty_factor=get("gait.duty_factor"),
-                            step_height=get("gait.step_height"), touchdown_depth=get("gait.touchdown_depth"))
+                            step_height=get("gait.step_height"), touchdown_depth=get("gait.touchdown_depth"),
+                            vertical_fraction=get("gait.vertical_fraction"))
         self._cmd_vel_timeout = float(get("gait.cmd_vel_timeout"))
         self.gait = Gait(self.ctrl, q_stand, config)
         try:  # the same gait in C++: the compiled loop evaluates it (routine ticks stay compiled)
