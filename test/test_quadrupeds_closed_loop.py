@@ -49,13 +49,13 @@ def test_each_quadruped_stands_5_s_and_trots_5_s_with_default_options(robot, for
     assert m["force_error_sum_rel"] < 0.05, m
 
 
-#: (robot, formulation, terrain) cells that fail today, with how (strict xfails). ``qp_coulomb``
-#: with μ = ∞ on compliant ground: a swing foot still moving sideways when it touches the
-#: sticky ground is stopped dead and the robot trips. Since the swing leaves and meets the
-#: ground vertically (``GaitConfig.vertical_fraction``) Go2 and Go1 walk there (they fell) and
-#: HyQ's summed normal force is predicted 1.5 % off (was 62 %); ANYmal C keeps the old swing
-#: (``config/anymal_c.yaml`` says why) and still falls. Issue 10.
-FAILS_TODAY = {("anymal_c", "qp_coulomb", "compliant_inf"): "trips over a swing foot in the trot (vertical_fraction 0)"}
+#: (robot, formulation, terrain) cells that fail today, with how (strict xfails). None since the
+#: swing leaves and meets the ground vertically (``GaitConfig.vertical_fraction``) and ANYmal C
+#: trots with a 0.5 s cycle (its file): before, ``qp_coulomb`` with μ = ∞ on compliant ground
+#: fell in the trot on ANYmal C, Go2 and Go1 (a swing foot still travelling when it touched the
+#: sticky ground was stopped dead) and predicted HyQ's summed normal force 62 % off (now 1.5 %).
+#: Issue 10.
+FAILS_TODAY: dict[tuple[str, str, str], str] = {}
 TERRAINS = {"rigid_mu0.3": (0.3, False), "compliant_inf": (math.inf, True), "compliant_mu0.3": (0.3, True)}
 
 
