@@ -25,7 +25,7 @@ native_or_skip()
 from idyn_control.native.gait import STATE, CompiledGait  # noqa: E402
 from idyn_control.native.tick import Tick  # noqa: E402
 
-LEGGED = ("quadruped", "solo12")
+LEGGED = ("quadruped", "solo12", "go2")  # go2: the vertical swing ends (its gait.vertical_fraction 0.125)
 TROT = dict(duration=2.4, velocity=(0.2, 0.05, 0.3), trot_start=0.3, trot_stop=1.5)
 REF_ARRAYS = ("q_ref", "v_ref", "a_ref", "base_position_ref", "base_rotation_ref", "base_velocity_ref",
               "base_angular_ref", "foot_position_ref", "foot_velocity_ref", "foot_acceleration_ref", "swing")
