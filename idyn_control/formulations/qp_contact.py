@@ -38,10 +38,6 @@ the pyramid whenever the legs would rather push sideways (the project quadruped 
 ~0.2 of the normal force). A rigid simulator holds such forces; MuJoCo's soft friction and
 real feet creep (6 mm/s measured at μ = 0.1). Stage II therefore keeps its forces that
 fraction inside the pyramid; Stage I (and a failed Stage II) still use the full pyramid.
-Where Stage I's forces already lie closer to a facet than the margin (two feet of a trot
-pushing hard sideways), Stage II holds them no further out than Stage I's on that facet, so
-its set is never empty after Stage I (ProxQP used to spend ~15 iterations proving it empty:
-Go2's trot p99 tick doubled).
 
 Its Hessian J_b A⁻¹ J_bᵀ has rank ≤ 6, so with more than two feet the forces are
 indeterminate (seed 000 §2.4) and a solver may cycle between equally optimal ones:
@@ -160,7 +156,6 @@ class _QpContact(Formulation):
                                     eps_abs=o["eps_abs"], max_iter=RESCUE_MAX_ITER,
                                     infeasibility_tolerance=STRICT_INFEASIBILITY_TOLERANCE)
         self._friction_version = -1  # contact-set version the friction blocks were built for
-        self._facets = np.zeros(0, dtype=int)  # Stage II facet rows with the friction margin
         #: the inscribed pyramid of eq. 72 per contact (the compiled tick reads it too)
         self.pyramid = np.zeros_like(self.contacts.friction_rows)
         self._pyramid_version = -1
@@ -195,12 +190,10 @@ class _QpContact(Formulation):
             cs.fill_friction_rows(qp.C[:n_rows], qp.l[:n_rows], qp.u[:n_rows],
                                   unilateral_only=self.infinite_friction, rows=self.pyramid)
         margin = self.options["friction_margin"]
-        self._facets = np.zeros(0, dtype=int)
         if margin and not self.infinite_friction:
             for i in np.flatnonzero(cs.active):  # facets: (t-part) − μ n → (t-part) − (1 − m) μ n
                 r = PYRAMID_ROWS * i
                 self.stage2.C[r:r + 4, 3 * i:3 * i + 3] += margin * cs.mu[i] * cs.basis[i, 2]
-            self._facets = (PYRAMID_ROWS * np.flatnonzero(cs.active)[:, None] + np.arange(4)).ravel()
         self._fill_cop_rows()
         self._friction_version = cs.version
 
@@ -549,14 +542,6 @@ class _QpContact(Formulation):
         s2.infeasibility_tolerance = (STRICT_INFEASIBILITY_TOLERANCE if from_stage1
                                       else PROXQP_INFEASIBILITY_TOLERANCE)
         np.multiply(self._f, 1.0 / mass, out=self._f_unit)
-        if self._facets.size:
-            # the margin where Stage I's forces keep it; a facet they already cross holds the
-            # forces no further out than Stage I's, so the set is never empty after Stage I
-            # (two feet of a trot whose sideways push leaves no room for the margin: ProxQP
-            # spent ~15 iterations proving it, 7 % of Go2's trot ticks, the p99)
-            upper = np.maximum(s2.C[self._facets] @ self._f_unit, 0.0) if from_stage1 else np.zeros(self._facets.size)
-            for r, u in zip(self._facets, upper):
-                s2.set_row_bounds(r, s2.l[r], u)
         # Stage I's (or the last tick's) forces: a good start. On the fast path the set may
         # be empty: only the working-set guess runs there (ProxQP spent 9 iterations proving
         # a trot's three-foot set empty, tick after tick), both stages follow when it fails

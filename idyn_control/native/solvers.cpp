@@ -690,7 +690,6 @@ struct Qpc {
   const double* max_normal_force;  // ContactSet.max_normal_force (k)
   std::vector<int> body;  // each contact's body (parent joint): a flat foot's points share one
   long version = -1;
-  std::vector<int> facets;  // Stage II facet rows with the friction margin (active contacts)
   bool stage2_ok = false, stage2_limited = true;
   long fast_path_ticks = 0, stage2_failures = 0, non_penetration_dropped = 0, stage1_rescued = 0;
   double penetration = 0.0;  // Result.relaxed["non_penetration"] of the last tick [m/s]
@@ -813,10 +812,6 @@ struct Qpc {
     // certificate misfiring; on the fast path (limited ≥ 0) it is the expected early exit
     s2.infeasibility_tolerance = from_stage1 ? STRICT_INFEASIBILITY_TOLERANCE : PROXQP_INFEASIBILITY_TOLERANCE;
     f_unit = inv_m * f;
-    // the margin where Stage I's forces keep it; a facet they already cross holds the forces
-    // no further out than Stage I's, so the set is never empty after Stage I (qp_contact.py)
-    for (const int r : facets)
-      s2.set_row_bounds(r, s2.l[r], from_stage1 ? std::max(0.0, s2.C.row(r).dot(f_unit)) : 0.0);
     // Stage I's (or the last tick's) forces: a good start. On the fast path the set may be
     // empty: only the working-set guess runs there, both stages follow when it fails
     const int status = s2.solve(&f_unit, !from_stage1);
@@ -853,13 +848,10 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
     for (Qp* qp : {&c.stage1, &c.stage2})
       fill_friction_rows(qp->C.topRows(n_rows), qp->l.head(n_rows), qp->u.head(n_rows), c.friction_rows, active, k,
                          c.unilateral_only);
-    c.facets.clear();
-    c.facets.reserve(4 * k);  // no allocation after the first change
     if (friction_margin != 0.0 && !c.unilateral_only) {
       // Stage II's facets (t-part) − μn → (t-part) − (1 − m)μn; the four facets sum to −4μn
       for (int i = 0; i < k; ++i) {
         if (!active[i]) continue;
-        for (int r = 0; r < 4; ++r) c.facets.push_back(PYRAMID_ROWS * i + r);
         Eigen::Vector3d mu_n = Eigen::Vector3d::Zero();
         for (int r = 0; r < 4; ++r) mu_n -= Eigen::Map<const Eigen::Vector3d>(c.friction_rows + 15 * i + 3 * r) / 4.0;
         for (int r = 0; r < 4; ++r) c.stage2.C.block<1, 3>(PYRAMID_ROWS * i + r, 3 * i) += friction_margin * mu_n.transpose();
