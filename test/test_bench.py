@@ -34,7 +34,7 @@ def test_the_trot_sequence_moves_and_switches_contacts(trot, tmp_path):
     """The recorded trot has make and break events, swinging feet and a moving base
     reference, and survives the file both venvs read."""
     # one 0.3 s gait period: each diagonal pair lifts off and lands once (a pair's feet switch
-    # on the same tick when they land together, as the vertical swing ends make them do)
+    # on the same tick when they land together, as with gait.vertical_fraction > 0)
     assert trot.switches() >= 4
     assert trot.swing.any(axis=0).all()  # every foot swings
     assert (trot.active.sum(axis=1) >= 2).all()  # a trot: two feet or more always hold
