@@ -52,7 +52,7 @@ from geometry_msgs.msg import Twist
 from sensor_msgs.msg import JointState
 
 from .. import robots
-from ..config import balance_config
+from ..config import GAIT_FIELDS, balance_config
 from ..gait import Gait, GaitConfig
 from ..sim.tasks import BalanceTask
 from .controller_node import MONITOR_QOS, REFERENCE_QOS, ControllerNode, run
@@ -101,9 +101,7 @@ class GaitControllerNode(ControllerNode):
                 self._balance_timer = self.create_timer(BALANCE_PERIOD_S, self._drive_balance,
                                                         clock=Clock(clock_type=ClockType.STEADY_TIME))
         q_stand = self._standing_configuration()
-        config = GaitConfig(period=get("gait.period"), duty_factor=get("gait.duty_factor"),
-                            step_height=get("gait.step_height"), touchdown_depth=get("gait.touchdown_depth"),
-                            vertical_fraction=get("gait.vertical_fraction"))
+        config = GaitConfig(**{name[len("gait."):]: get(name) for name in GAIT_FIELDS})
         self._cmd_vel_timeout = float(get("gait.cmd_vel_timeout"))
         self.gait = Gait(self.ctrl, q_stand, config)
         try:  # the same gait in C++: the compiled loop evaluates it (routine ticks stay compiled)
