@@ -344,8 +344,9 @@ def controller_params(opts: DemoOptions) -> dict[str, Any]:
         # input gaps bridged on the predicted state: the robot file's (measured in simulated
         # time by the node, so a lock-step step that waits is no gap)
         "prediction_horizon": float(config.robot_parameter(spec, "prediction_horizon")),
-        # /cmd_vel comes from the recorder at 20 Hz (wall): a stall of it must not stop the trot
-        "gait": {"cmd_vel_timeout": 2.0},
+        # the robot file's gait (as the lock-step runner's); /cmd_vel comes from the recorder
+        # at 20 Hz (wall): a stall of it must not stop the trot
+        "gait": {**{k: float(v) for k, v in spec.gait.items()}, "cmd_vel_timeout": 2.0},
         "monitor_rate_hz": 1000.0,   # predicted wrenches and ~/state every tick, for scoring
         "diagnostics_rate_hz": 2.0,
     }

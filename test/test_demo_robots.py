@@ -57,6 +57,17 @@ def test_controller_params_describe_the_soles_and_the_balance_task():
     assert quad.task == "trot" and "task" not in controller_params(quad)["idyn_controller"]["ros__parameters"]["gait"]
 
 
+@pytest.mark.parametrize("name", ["quadruped", "solo12", "anymal_c"])
+def test_the_demos_gait_node_trots_the_robot_files_gait(name):
+    """The node gets the robot file's gait.* (as the lock-step runner and the launch file
+    do): without them the demo's quadruped trotted with the default vertical swing ends and
+    2 mm touchdown depth where its file says 0 and 8 mm, and fell after a 200 ms input gap."""
+    spec = robots.spec(name)
+    gait = controller_params(DemoOptions(robot=name).resolved())["idyn_controller"]["ros__parameters"]["gait"]
+    assert spec.gait and {k: gait[k] for k in spec.gait} == spec.gait
+    assert all(isinstance(gait[k], float) for k in spec.gait)  # ROS doubles
+
+
 @pytest.mark.parametrize("name", sorted(NEW_ROBOTS))
 def test_a_robot_from_a_yaml_file_only_trots_through_ros(tmp_path, name):
     """A1, Go1 (13 kg), B1 (50 kg) (their URDFs by a package:// URI) and HyQ (87 kg, by a path
