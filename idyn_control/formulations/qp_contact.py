@@ -38,10 +38,6 @@ the pyramid whenever the legs would rather push sideways (the project quadruped 
 ~0.2 of the normal force). A rigid simulator holds such forces; MuJoCo's soft friction and
 real feet creep (6 mm/s measured at μ = 0.1). Stage II therefore keeps its forces that
 fraction inside the pyramid; Stage I (and a failed Stage II) still use the full pyramid.
-A facet Stage I's forces already cross (the legs must push harder sideways than the margin
-allows, e.g. the two stance feet of a fast swing) is the full pyramid's in Stage II on that
-tick: with the margin there Stage II's set is empty, and ProxQP spent ~15 iterations proving
-it on 7-25 % of a Go2 / Solo12 trot's ticks before Stage I's forces were used untouched.
 
 Its Hessian J_b A⁻¹ J_bᵀ has rank ≤ 6, so with more than two feet the forces are
 indeterminate (seed 000 §2.4) and a solver may cycle between equally optimal ones:
@@ -160,10 +156,6 @@ class _QpContact(Formulation):
                                     eps_abs=o["eps_abs"], max_iter=RESCUE_MAX_ITER,
                                     infeasibility_tolerance=STRICT_INFEASIBILITY_TOLERANCE)
         self._friction_version = -1  # contact-set version the friction blocks were built for
-        #: Stage II's facet rows with the friction margin, per contact (k, 4, 3); _margin_on:
-        #: the contacts that have them (active, finite μ, margin > 0)
-        self._margin_rows = np.zeros((k, 4, 3))
-        self._margin_on = np.zeros(k, dtype=bool)
         #: the inscribed pyramid of eq. 72 per contact (the compiled tick reads it too)
         self.pyramid = np.zeros_like(self.contacts.friction_rows)
         self._pyramid_version = -1
@@ -198,11 +190,10 @@ class _QpContact(Formulation):
             cs.fill_friction_rows(qp.C[:n_rows], qp.l[:n_rows], qp.u[:n_rows],
                                   unilateral_only=self.infinite_friction, rows=self.pyramid)
         margin = self.options["friction_margin"]
-        self._margin_on[:] = bool(margin) and not self.infinite_friction and cs.active
-        for i in np.flatnonzero(self._margin_on):  # facets: (t-part) − μ n → (t-part) − (1 − m) μ n
-            r = PYRAMID_ROWS * i
-            self.stage2.C[r:r + 4, 3 * i:3 * i + 3] += margin * cs.mu[i] * cs.basis[i, 2]
-            self._margin_rows[i] = self.stage2.C[r:r + 4, 3 * i:3 * i + 3]
+        if margin and not self.infinite_friction:
+            for i in np.flatnonzero(cs.active):  # facets: (t-part) − μ n → (t-part) − (1 − m) μ n
+                r = PYRAMID_ROWS * i
+                self.stage2.C[r:r + 4, 3 * i:3 * i + 3] += margin * cs.mu[i] * cs.basis[i, 2]
         self._fill_cop_rows()
         self._friction_version = cs.version
 
@@ -546,7 +537,6 @@ class _QpContact(Formulation):
         else:
             s2.l[rows], s2.u[rows] = -INF, INF
         self.stage2_limited = limited
-        self._choose_facets(from_stage1)
         # after Stage I its forces are feasible: "infeasible" can only be ProxQP's early
         # certificate misfiring; on the fast path it is the expected early exit
         s2.infeasibility_tolerance = (STRICT_INFEASIBILITY_TOLERANCE if from_stage1
@@ -562,22 +552,6 @@ class _QpContact(Formulation):
         else:
             self.stage2_failures += 1
         return out.iterations, out.solve_time_s
-
-
-    def _choose_facets(self, from_stage1: bool) -> None:
-        """Stage II's facet rows: the friction margin's, or, after Stage I, the full
-        pyramid's (Stage I's row) for a facet Stage I's forces cross. Stage II's forces
-        then stay inside the full pyramid everywhere and inside the margin where Stage I
-        left room; with the margin on such a facet its set would be empty. The fast path
-        (no Stage I) keeps every margin row: its start is the last tick's forces, which
-        Stage II put on the full facet the tick before."""
-        C1, C2, f = self.stage1.C, self.stage2.C, self._f
-        for i in np.flatnonzero(self._margin_on):
-            r, c = PYRAMID_ROWS * i, 3 * i
-            for j in range(4):
-                row = self._margin_rows[i, j]
-                crossed = from_stage1 and row @ f[c:c + 3] > 0.0
-                C2[r + j, c:c + 3] = C1[r + j, c:c + 3] if crossed else row
 
 
 class QpCoulomb(_QpContact):

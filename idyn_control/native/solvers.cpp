@@ -704,10 +704,6 @@ struct Qpc {
   MatrixXd JbT_active;
   Eigen::ColPivHouseholderQR<MatrixXd> range_qr;
   VectorXd f_ls, wrench_residual;
-  // Stage II's facet rows with the friction margin (4 per contact) and the contacts that
-  // have them (active, finite μ, margin > 0): qp_contact._margin_rows / _margin_on
-  MatrixXd margin_rows;
-  std::vector<std::uint8_t> margin_on;
 
   Qpc(Engine* e, double dt_, bool unilateral, bool warm, double eps_abs, const double* rows, const double* basis_,
       const double* phi_, const double* bound)
@@ -730,8 +726,6 @@ struct Qpc {
     wrench_residual.resize(d.nb);
     cq.resize(3 * d.k);
     G.resize(d.nb, d.nb);
-    margin_rows = MatrixXd::Zero(4 * d.k, 3);
-    margin_on.assign(d.k, 0);
     for (int i = 0; i < d.k; ++i) body[i] = engine_contact_body(*e, i);
   }
 
@@ -780,23 +774,6 @@ struct Qpc {
     effort_time += qp.solve_time;
   }
 
-  // Stage II's facet rows (qp_contact._choose_facets): the friction margin's, or after
-  // Stage I the full pyramid's (Stage I's row) for a facet Stage I's forces cross, where the
-  // margin would leave Stage II's set empty. The fast path keeps every margin row.
-  void choose_facets(bool from_stage1) {
-    for (int i = 0; i < d.k; ++i) {
-      if (!margin_on[i]) continue;
-      for (int j = 0; j < 4; ++j) {
-        const int r = PYRAMID_ROWS * i + j;
-        const bool crossed = from_stage1 && margin_rows.row(4 * i + j).dot(f.segment<3>(3 * i)) > 0.0;
-        if (crossed)
-          stage2.C.block<1, 3>(r, 3 * i) = stage1.C.block<1, 3>(r, 3 * i);
-        else
-          stage2.C.block<1, 3>(r, 3 * i) = margin_rows.block<1, 3>(4 * i + j, 0);
-      }
-    }
-  }
-
   // min ½‖τ(f)‖² over feasible f with J_bᵀ f = base_wrench (Stage I's optimal set).
   // limited: 1/0 = with/without |τ| ≤ τ_max; −1 = only if the current forces meet them.
   void run_stage2(const Eigen::Map<const VectorXd>& tau_max, bool torque_limits, int limited) {
@@ -831,7 +808,6 @@ struct Qpc {
       s2.u.segment(r0, na).setConstant(INF);
     }
     stage2_limited = limited;
-    choose_facets(from_stage1);
     // after Stage I its forces are feasible: "infeasible" can only be ProxQP's early
     // certificate misfiring; on the fast path (limited ≥ 0) it is the expected early exit
     s2.infeasibility_tolerance = from_stage1 ? STRICT_INFEASIBILITY_TOLERANCE : PROXQP_INFEASIBILITY_TOLERANCE;
@@ -872,14 +848,14 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
     for (Qp* qp : {&c.stage1, &c.stage2})
       fill_friction_rows(qp->C.topRows(n_rows), qp->l.head(n_rows), qp->u.head(n_rows), c.friction_rows, active, k,
                          c.unilateral_only);
-    // Stage II's facets (t-part) − μn → (t-part) − (1 − m)μn; the four facets sum to −4μn
-    for (int i = 0; i < k; ++i) {
-      c.margin_on[i] = friction_margin != 0.0 && !c.unilateral_only && active[i];
-      if (!c.margin_on[i]) continue;
-      Eigen::Vector3d mu_n = Eigen::Vector3d::Zero();
-      for (int r = 0; r < 4; ++r) mu_n -= Eigen::Map<const Eigen::Vector3d>(c.friction_rows + 15 * i + 3 * r) / 4.0;
-      for (int r = 0; r < 4; ++r) c.stage2.C.block<1, 3>(PYRAMID_ROWS * i + r, 3 * i) += friction_margin * mu_n.transpose();
-      c.margin_rows.middleRows<4>(4 * i) = c.stage2.C.block<4, 3>(PYRAMID_ROWS * i, 3 * i);
+    if (friction_margin != 0.0 && !c.unilateral_only) {
+      // Stage II's facets (t-part) − μn → (t-part) − (1 − m)μn; the four facets sum to −4μn
+      for (int i = 0; i < k; ++i) {
+        if (!active[i]) continue;
+        Eigen::Vector3d mu_n = Eigen::Vector3d::Zero();
+        for (int r = 0; r < 4; ++r) mu_n -= Eigen::Map<const Eigen::Vector3d>(c.friction_rows + 15 * i + 3 * r) / 4.0;
+        for (int r = 0; r < 4; ++r) c.stage2.C.block<1, 3>(PYRAMID_ROWS * i + r, 3 * i) += friction_margin * mu_n.transpose();
+      }
     }
     c.fill_cop_rows(active, cop_margin);
     c.version = version;
