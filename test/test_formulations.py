@@ -6,7 +6,7 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
-from idyn_control import formulations, robots
+from idyn_control import formulations, native, robots
 from idyn_control.errors import ConfigError, NonFiniteError, ShapeError, UnknownNameError
 
 from conftest import ALL_ROBOTS, FLOATING, FIXED, random_state
@@ -217,3 +217,38 @@ def test_bad_robot_inputs():
         robots.load("solo12", contact_frames=("FL_FOOT", "NOSE"))
     with pytest.raises(ConfigError, match="friction"):
         robots.load("solo12", friction=-1.0)
+
+
+@pytest.mark.parametrize("robot", ["go2", "solo12", "anymal_c", "quadruped"])
+def test_stage2_empty_set_check_agrees_with_proxqp(robot, load_robot):
+    """qp_coulomb decides without ProxQP that Stage II's set is empty when one or two feet
+    are down (Stage I's optimal set is then a point or a line): a trot's diagonal pair
+    pushed sideways and forward harder and harder (0-8 m/s²), from rest and moving. Same
+    answers (torques, forces) and Stage II failures as ProxQP deciding every tick, in Python
+    and compiled; the check fires where the forces must cross the friction margin."""
+    model = load_robot(robot)
+    checked = make("qp_coulomb", model, backend="python")
+    by_proxqp = make("qp_coulomb", model, backend="python")
+    by_proxqp._stage2_set_empty = lambda: False
+    formulations_ = [checked, by_proxqp]
+    if native.available():
+        formulations_.append(make("qp_coulomb", model, backend="native"))
+    fired = []
+    decide = checked._stage2_set_empty
+    checked._stage2_set_empty = lambda: fired.append(decide()) or fired[-1]
+    frames = model.contact_frames
+    q0 = robots.standing_configuration(model, robot)
+    rng = np.random.default_rng(1)
+    for pair in ((frames[0], frames[3]), (frames[1], frames[2]), (frames[0],)):
+        for push in np.linspace(0.0, 8.0, 17):
+            q, v, a = q0.copy(), 0.05 * rng.normal(size=model.nv), np.zeros(model.nv)
+            a[:3] = push * np.array([0.8, 0.6, 0.0]) + rng.normal(0.0, 0.3, 3)
+            results = [f.solve(q, v, a, pair) for f in formulations_]
+            reference = results[1]
+            scale = max(1.0, float(np.abs(reference.tau).max()))
+            for f, r in zip(formulations_, results):
+                assert r.ok and f.stage2_failures == by_proxqp.stage2_failures, (push, pair)
+                np.testing.assert_allclose(r.tau, reference.tau, rtol=0, atol=1e-6 * scale)
+                np.testing.assert_allclose(r.forces, reference.forces, rtol=0, atol=1e-6 * max(1.0, np.abs(
+                    reference.forces).max()))
+    assert sum(fired) >= 5 and by_proxqp.stage2_failures >= sum(fired), (sum(fired), by_proxqp.stage2_failures)

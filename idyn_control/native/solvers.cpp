@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <new>
 #include <array>
@@ -50,6 +51,8 @@ constexpr double STAGE2_TIKHONOV = 1e-9;  // as qp_contact.STAGE2_TIKHONOV
 constexpr double STAGE1_TIKHONOV = 1e-7;  // as qp_contact.STAGE1_TIKHONOV
 constexpr double STAGE1_TIKHONOV_RETRY = 1e-5;  // as qp_contact.STAGE1_TIKHONOV_RETRY
 constexpr double STANCE_DAMPING = 1e-9;   // as qp_contact.STANCE_DAMPING
+constexpr double EMPTY_SET_SLACK = 1e-6;  // as qp_contact.EMPTY_SET_SLACK
+constexpr double NULL_TOL = 1e-8;         // as qp_contact.NULL_TOL
 // values of qp_contact's ``dissipation`` option, in qp_contact.DISSIPATION's order
 enum Dissipation { DISSIPATE_CONTACTS = 0, DISSIPATE_DESIRED = 1, DISSIPATE_BASE_MOMENTUM = 2 };
 
@@ -704,6 +707,13 @@ struct Qpc {
   MatrixXd JbT_active;
   Eigen::ColPivHouseholderQR<MatrixXd> range_qr;
   VectorXd f_ls, wrench_residual;
+  // Stage II's empty-set check (qp_contact._stage2_set_empty): the tick's active flags, two
+  // feet's base Jacobian and its SVD (fixed size: no allocation), the rows at f₁ and along
+  // the free direction
+  const std::uint8_t* active_now = nullptr;
+  Eigen::Matrix<double, 6, 6> A2;
+  Eigen::JacobiSVD<Eigen::Matrix<double, 6, 6>> svd2;
+  VectorXd Cx, Cd;
 
   Qpc(Engine* e, double dt_, bool unilateral, bool warm, double eps_abs, const double* rows, const double* basis_,
       const double* phi_, const double* bound)
@@ -726,6 +736,8 @@ struct Qpc {
     wrench_residual.resize(d.nb);
     cq.resize(3 * d.k);
     G.resize(d.nb, d.nb);
+    Cx.resize(stage2.C.rows());
+    Cd.resize(stage2.C.rows());
     for (int i = 0; i < d.k; ++i) body[i] = engine_contact_body(*e, i);
   }
 
@@ -774,6 +786,49 @@ struct Qpc {
     effort_time += qp.solve_time;
   }
 
+  // Whether Stage II's set is empty, decided without ProxQP where that is exact and cheap
+  // (qp_contact._stage2_set_empty): with one or two active contacts Stage I's optimal set is
+  // f₁ plus at most one direction, so every row bounds one scalar; only a clear miss counts.
+  bool stage2_set_empty() {
+    if (d.nb != 6 || active_now == nullptr) return false;
+    int act[2], n = 0;
+    for (int i = 0; i < d.k; ++i) {
+      if (!active_now[i]) continue;
+      if (n == 2) return false;
+      act[n++] = i;
+    }
+    if (n == 0) return false;
+    const Qp& s2 = stage2;
+    Cx.noalias() = s2.C * f_unit;
+    if (n == 2) {
+      for (int j = 0; j < 2; ++j) A2.middleCols<3>(3 * j) = s2.A.middleCols<3>(3 * act[j]);
+      svd2.compute(A2, Eigen::ComputeFullV);
+      const auto& sv = svd2.singularValues();
+      if (sv[4] <= NULL_TOL * sv[0] || sv[5] > NULL_TOL * sv[0]) return false;  // not one free direction
+      Cd.noalias() = s2.C.middleCols<3>(3 * act[0]) * svd2.matrixV().col(5).head<3>();
+      Cd.noalias() += s2.C.middleCols<3>(3 * act[1]) * svd2.matrixV().col(5).tail<3>();
+    } else {
+      Cd.setZero();
+    }
+    double lo = -std::numeric_limits<double>::infinity(), hi = std::numeric_limits<double>::infinity();
+    for (Eigen::Index r = 0; r < Cx.size(); ++r) {
+      for (int side = 0; side < 2; ++side) {  // c + s·d ≤ bound: the upper bound, the lower one negated
+        const double bound = side == 0 ? s2.u[r] : -s2.l[r];
+        if (bound >= INF) continue;
+        const double c = side == 0 ? Cx[r] : -Cx[r], dd = side == 0 ? Cd[r] : -Cd[r];
+        const double room = bound + EMPTY_SET_SLACK - c;
+        if (std::abs(dd) <= 1e-12) {
+          if (room < 0.0) return true;
+        } else if (dd > 0.0) {
+          hi = std::min(hi, room / dd);
+        } else {
+          lo = std::max(lo, room / dd);
+        }
+      }
+    }
+    return lo > hi;
+  }
+
   // min ½‖τ(f)‖² over feasible f with J_bᵀ f = base_wrench (Stage I's optimal set).
   // limited: 1/0 = with/without |τ| ≤ τ_max; −1 = only if the current forces meet them.
   void run_stage2(const Eigen::Map<const VectorXd>& tau_max, bool torque_limits, int limited) {
@@ -812,6 +867,11 @@ struct Qpc {
     // certificate misfiring; on the fast path (limited ≥ 0) it is the expected early exit
     s2.infeasibility_tolerance = from_stage1 ? STRICT_INFEASIBILITY_TOLERANCE : PROXQP_INFEASIBILITY_TOLERANCE;
     f_unit = inv_m * f;
+    if (from_stage1 && stage2_set_empty()) {  // Stage I's forces stand, as if ProxQP proved it
+      stage2_ok = false;
+      ++stage2_failures;
+      return;
+    }
     // Stage I's (or the last tick's) forces: a good start. On the fast path the set may be
     // empty: only the working-set guess runs there, both stages follow when it fails
     const int status = s2.solve(&f_unit, !from_stage1);
@@ -835,6 +895,7 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
   const double friction_margin = options[4], cop_margin = options[5];
   Eigen::Map<const VectorXd> tau_max(tau_max_p, na);
   Eigen::Map<const VectorXd> phi(c.phi, k);
+  c.active_now = active;
   c.qdd = Eigen::Map<const VectorXd>(qdd_des_p, nv);
   c.effort_iterations = 0;
   c.effort_time = 0.0;
