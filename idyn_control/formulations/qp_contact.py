@@ -99,6 +99,8 @@ STANCE_DAMPING = 1e-9
 EMPTY_SET_SLACK = 1e-6
 #: relative size of a singular value taken as zero (two feet's base Jacobian: rank 5 of 6)
 NULL_TOL = 1e-8
+#: a Stage II row that moves less than this along the free direction bounds nothing there
+FLAT_ROW = 1e-12
 
 
 class _QpContact(Formulation):
@@ -565,7 +567,6 @@ class _QpContact(Formulation):
             self.stage2_failures += 1
         return out.iterations, out.solve_time_s
 
-
     def _stage2_set_empty(self) -> bool:
         """Whether Stage II's set is empty, decided without ProxQP where that is exact and
         cheap: with one or two active contacts Stage I's optimal set {f : J_bᵀf = J_bᵀf₁} is
@@ -595,10 +596,10 @@ class _QpContact(Formulation):
         finite = bound < INF
         room = bound[finite] + EMPTY_SET_SLACK - c[finite]
         dd = dd[finite]
-        flat = np.abs(dd) <= 1e-12
+        flat = np.abs(dd) <= FLAT_ROW
         if (room[flat] < 0.0).any():
             return True
-        up, down = dd > 1e-12, dd < -1e-12
+        up, down = dd > FLAT_ROW, dd < -FLAT_ROW
         hi = (room[up] / dd[up]).min(initial=np.inf)
         lo = (room[down] / dd[down]).max(initial=-np.inf)
         return bool(lo > hi)

@@ -53,6 +53,7 @@ constexpr double STAGE1_TIKHONOV_RETRY = 1e-5;  // as qp_contact.STAGE1_TIKHONOV
 constexpr double STANCE_DAMPING = 1e-9;   // as qp_contact.STANCE_DAMPING
 constexpr double EMPTY_SET_SLACK = 1e-6;  // as qp_contact.EMPTY_SET_SLACK
 constexpr double NULL_TOL = 1e-8;         // as qp_contact.NULL_TOL
+constexpr double FLAT_ROW = 1e-12;        // as qp_contact.FLAT_ROW
 // values of qp_contact's ``dissipation`` option, in qp_contact.DISSIPATION's order
 enum Dissipation { DISSIPATE_CONTACTS = 0, DISSIPATE_DESIRED = 1, DISSIPATE_BASE_MOMENTUM = 2 };
 
@@ -707,10 +708,8 @@ struct Qpc {
   MatrixXd JbT_active;
   Eigen::ColPivHouseholderQR<MatrixXd> range_qr;
   VectorXd f_ls, wrench_residual;
-  // Stage II's empty-set check (qp_contact._stage2_set_empty): the tick's active flags, two
-  // feet's base Jacobian and its SVD (fixed size: no allocation), the rows at f₁ and along
-  // the free direction
-  const std::uint8_t* active_now = nullptr;
+  // Stage II's empty-set check (qp_contact._stage2_set_empty): two feet's base Jacobian and
+  // its SVD (fixed size: no allocation), the rows at f₁ and along the free direction
   Eigen::Matrix<double, 6, 6> A2;
   Eigen::JacobiSVD<Eigen::Matrix<double, 6, 6>> svd2;
   VectorXd Cx, Cd;
@@ -789,11 +788,11 @@ struct Qpc {
   // Whether Stage II's set is empty, decided without ProxQP where that is exact and cheap
   // (qp_contact._stage2_set_empty): with one or two active contacts Stage I's optimal set is
   // f₁ plus at most one direction, so every row bounds one scalar; only a clear miss counts.
-  bool stage2_set_empty() {
-    if (d.nb != 6 || active_now == nullptr) return false;
+  bool stage2_set_empty(const std::uint8_t* active) {
+    if (d.nb != 6) return false;
     int act[2], n = 0;
     for (int i = 0; i < d.k; ++i) {
-      if (!active_now[i]) continue;
+      if (!active[i]) continue;
       if (n == 2) return false;
       act[n++] = i;
     }
@@ -817,7 +816,7 @@ struct Qpc {
         if (bound >= INF) continue;
         const double c = side == 0 ? Cx[r] : -Cx[r], dd = side == 0 ? Cd[r] : -Cd[r];
         const double room = bound + EMPTY_SET_SLACK - c;
-        if (std::abs(dd) <= 1e-12) {
+        if (std::abs(dd) <= FLAT_ROW) {
           if (room < 0.0) return true;
         } else if (dd > 0.0) {
           hi = std::min(hi, room / dd);
@@ -831,7 +830,8 @@ struct Qpc {
 
   // min ½‖τ(f)‖² over feasible f with J_bᵀ f = base_wrench (Stage I's optimal set).
   // limited: 1/0 = with/without |τ| ≤ τ_max; −1 = only if the current forces meet them.
-  void run_stage2(const Eigen::Map<const VectorXd>& tau_max, bool torque_limits, int limited) {
+  void run_stage2(const std::uint8_t* active, const Eigen::Map<const VectorXd>& tau_max, bool torque_limits,
+                  int limited) {
     const bool from_stage1 = limited < 0;
     const Terms& t = engine_terms(*engine);
     const int nb = d.nb, na = d.na, k = d.k;
@@ -867,7 +867,7 @@ struct Qpc {
     // certificate misfiring; on the fast path (limited ≥ 0) it is the expected early exit
     s2.infeasibility_tolerance = from_stage1 ? STRICT_INFEASIBILITY_TOLERANCE : PROXQP_INFEASIBILITY_TOLERANCE;
     f_unit = inv_m * f;
-    if (from_stage1 && stage2_set_empty()) {  // Stage I's forces stand, as if ProxQP proved it
+    if (from_stage1 && stage2_set_empty(active)) {  // Stage I's forces stand, as if ProxQP proved it
       stage2_ok = false;
       ++stage2_failures;
       return;
@@ -895,7 +895,6 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
   const double friction_margin = options[4], cop_margin = options[5];
   Eigen::Map<const VectorXd> tau_max(tau_max_p, na);
   Eigen::Map<const VectorXd> phi(c.phi, k);
-  c.active_now = active;
   c.qdd = Eigen::Map<const VectorXd>(qdd_des_p, nv);
   c.effort_iterations = 0;
   c.effort_time = 0.0;
@@ -979,7 +978,7 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
       if (!penetrates && !c.base_wrench_reachable(active)) {
         c.qdd.head(nb) = c.qdd_b;
       } else if (!penetrates) {
-        c.run_stage2(tau_max, torque_limits, torque_limits ? 1 : 0);
+        c.run_stage2(active, tau_max, torque_limits, torque_limits ? 1 : 0);
         if (c.stage2_ok) {
           ++c.fast_path_ticks;
           done = true;
@@ -1073,7 +1072,7 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
       }
       if (stage2 && s1_status == SOLVED) {
         c.base_wrench.noalias() = Jb.transpose() * c.f;
-        c.run_stage2(tau_max, torque_limits, -1);
+        c.run_stage2(active, tau_max, torque_limits, -1);
       }
     }
   } else if (nb) {  // floating and no contact: free flight
@@ -1084,7 +1083,7 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
     c.f.setZero();
   } else {  // fixed base: contacts cannot change the motion; Stage II only
     c.f.setZero();
-    if (n_active && stage2) c.run_stage2(tau_max, torque_limits, -1);
+    if (n_active && stage2) c.run_stage2(active, tau_max, torque_limits, -1);
   }
   for (int i = 0; i < k; ++i)
     if (!active[i]) c.f.segment<3>(3 * i).setZero();
