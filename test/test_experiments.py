@@ -79,6 +79,47 @@ def test_heightmap_bumps_friction_normals():
         assert sim.model.geom_friction[geom[0], 0] == pytest.approx(hm.mu[row, col])
 
 
+def test_heightmap_is_surrounded_by_flat_ground():
+    """Off the map the ground is flat at z = 0 with μ = outside_mu, in the controller's
+    view and in MuJoCo's; the bumps fade out before the edge, and the fade leaves the
+    map's inside as it was."""
+    import mujoco
+    from idyn_control.sim.terrain import HeightMapConfig
+
+    hm = HeightMap(seed=1)
+    half = 0.5 * hm.config.size_m
+    assert hm.heights[0].max() == hm.heights[-1].max() == hm.heights[:, 0].max() == hm.heights[:, -1].max() == 0.0
+    for x, y in ((half + 0.3, 0.1), (-half - 2.0, half + 1.0), (0.2, -half - 0.01)):
+        assert hm.height(x, y) == 0.0 and hm.friction(x, y) == hm.config.outside_mu
+        assert np.array_equal(hm.normal(x, y), [0.0, 0.0, 1.0])
+    narrow = HeightMap(HeightMapConfig(border_m=0.01), seed=1)
+    inside = np.abs(np.linspace(-half, half, hm.n_samples)) <= half - hm.config.border_m
+    assert np.array_equal(narrow.heights[np.ix_(inside, inside)], hm.heights[np.ix_(inside, inside)])
+    sim = build_mujoco(robots.load("quadruped"), terrain=hm)
+    mujoco.mj_forward(sim.model, sim.data)
+    geom = np.zeros(1, np.int32)
+    for x, y in ((half + 0.05, 0.0), (0.0, -half - 3.0), (-half - 10.0, half + 10.0), (half - 0.005, 0.33)):
+        dist = mujoco.mj_ray(sim.model, sim.data, np.array([x, y, 1.0]), np.array([0.0, 0.0, -1.0]), None, 1, -1, geom)
+        assert 1.0 - dist == pytest.approx(hm.height(x, y), abs=2e-4)
+        assert sim.model.geom_friction[geom[0], 0] == pytest.approx(hm.friction(x, y))
+
+
+@pytest.mark.parametrize("robot", ["quadruped", "go2"])
+def test_a_straight_trot_walks_off_the_heightmap(robot):
+    """Trotting straight at 0.2 m/s, the robot crosses the map's edge (1 m from the
+    origin) at ≈ 5 s and trots on over the flat ground around it; without that ground it
+    fell off the world's edge there. The controller is told the ground's μ out there."""
+    runner = LockstepRunner(Scenario(robot=robot, formulation="qp_coulomb", duration=8.0, trot_start=1.0,
+                                     terrain="heightmap", terrain_seed=1, velocity=(0.2, 0.0, 0.0)))
+    run = runner.run()
+    m = run.metrics
+    assert not m["fell"] and m["speed_along_command_m_s"] == pytest.approx(0.2, rel=0.1)
+    assert run.trace.q[-1, 0] > 0.5 * runner.terrain.config.size_m + 0.25
+    cs = runner.controller.formulation.contacts
+    touching = np.flatnonzero(run.trace.contact[-1])
+    assert touching.size >= 2 and np.all(cs.mu[touching] == runner.terrain.config.outside_mu)
+
+
 def test_controller_gets_the_local_surface_under_a_foot():
     """Each foot in contact gets the terrain's μ and normal; rows rebuilt only on change."""
     ctrl = Controller(robots.load("quadruped"), ControllerConfig(formulation="qp_coulomb"))

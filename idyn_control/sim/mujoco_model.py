@@ -45,6 +45,8 @@ from .terrain import HeightMap
 #: 0.3·m·g push; 1e6 still works with elliptic cones but makes pyramidal ones unstable.
 INFINITE_FRICTION = 1e3
 
+#: how far the flat ground around a height map reaches beyond its edges [m]
+_OUTSIDE_M = 50.0
 _ROBOT_BIT = 2  # contype/conaffinity bits: robot geoms touch the ground, not each other
 _GROUND_BIT = 1
 _MESH_FORMATS = (".stl", ".obj", ".msh")  # what MuJoCo's mesh loader reads
@@ -473,6 +475,8 @@ def _add_terrain(spec: mujoco.MjSpec, terrain: HeightMap) -> list:
 
     MuJoCo normalizes height-field data to [0, 1] and scales it by ``size[2]``, rows
     along +y: each tile stores (h − min)/(max − min) with size[2] = max − min at z = min.
+    Four boxes with their tops at z = 0 are the flat ground around the map (μ =
+    ``outside_mu``). Returns (geom, μ) of every ground geom.
     """
     half = 0.5 * terrain.config.patch_m
     tiles = []
@@ -487,6 +491,18 @@ def _add_terrain(spec: mujoco.MjSpec, terrain: HeightMap) -> list:
                                        priority=1, contype=_GROUND_BIT, conaffinity=_ROBOT_BIT,
                                        rgba=[0.45 + 0.3 * tile_mu / 1.5, 0.5, 0.55, 1.0])
         tiles.append((geom, tile_mu))
+    # the flat ground around the map: four boxes, top at z = 0, touching its edges
+    c = terrain.config
+    half, far, depth = 0.5 * c.size_m, _OUTSIDE_M, 0.05
+    for k, (pos, size) in enumerate((((half + far, 0.0), (far, half + 2 * far)),
+                                     ((-half - far, 0.0), (far, half + 2 * far)),
+                                     ((0.0, half + far), (half, far)),
+                                     ((0.0, -half - far), (half, far)))):
+        geom = spec.worldbody.add_geom(name=f"terrain_outside_{k}", type=mujoco.mjtGeom.mjGEOM_BOX,
+                                       pos=[pos[0], pos[1], -depth], size=[size[0], size[1], depth],
+                                       friction=[c.outside_mu, 0.005, 0.0001], condim=3, priority=1,
+                                       contype=_GROUND_BIT, conaffinity=_ROBOT_BIT, rgba=[0.6, 0.6, 0.6, 1.0])
+        tiles.append((geom, c.outside_mu))
     return tiles
 
 

@@ -13,9 +13,16 @@ square patches, each a height-field geom with its own μ; the tiles share their 
 samples, so the surface is continuous across patches.
 
 Heights are a sum of Gaussian bumps drawn from the seed, scaled so that the highest point
-is exactly ``bump_height_m`` above the flat level z = 0, and faded to flat within
+is ``bump_height_m`` above the flat level z = 0 (lower when it lies within ``border_m`` of
+the edge), and faded to flat within
 ``flat_radius_m`` of the origin (where the robot stands up). Between grid samples the
 height is bilinear; the normal is constant per grid cell (from the cell's mean slope).
+
+The map is ``size_m`` square; flat ground with μ = ``outside_mu`` surrounds it at z = 0,
+and the bumps fade out over the last ``border_m`` before its edge (the fade is applied
+after the scaling, so the map's inside does not depend on it). A robot that walks off the
+map walks on; without the surrounding ground it fell off the world's edge (a straight trot
+at 0.2 m/s reaches it in 5 s).
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ import numpy as np
 from ..errors import ConfigError, UnknownNameError
 
 TERRAINS = ("plane", "heightmap")
+_UP = np.array([0.0, 0.0, 1.0])
+_UP.flags.writeable = False
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,8 @@ class HeightMapConfig:
         flat_radius_m: fully flat within this distance of the origin [m]; the bumps fade
             in over ``ramp_m`` beyond it.
         mu_range: Coulomb friction of a patch, uniform in [low, high] (seed 000: 0.1, 1.5).
+        border_m: the bumps fade to flat over this distance before the map's edge [m].
+        outside_mu: Coulomb friction of the flat ground around the map.
     """
 
     size_m: float = 2.0
@@ -55,9 +66,12 @@ class HeightMapConfig:
     flat_radius_m: float = 0.22
     ramp_m: float = 0.08
     mu_range: tuple[float, float] = (0.1, 1.5)
+    border_m: float = 0.2
+    outside_mu: float = 0.8
 
     def validate(self) -> None:
-        for key in ("size_m", "spacing_m", "patch_m", "bump_height_m", "bumps_per_m2", "ramp_m"):
+        for key in ("size_m", "spacing_m", "patch_m", "bump_height_m", "bumps_per_m2", "ramp_m", "border_m",
+                    "outside_mu"):
             value = getattr(self, key)
             if not (np.isfinite(value) and value > 0.0):
                 raise ConfigError(key, value, "must be finite and > 0")
@@ -104,6 +118,8 @@ class HeightMap:
         fade = np.clip((r - c.flat_radius_m) / c.ramp_m, 0.0, 1.0)
         h *= fade * fade * (3.0 - 2.0 * fade)  # smoothstep: flat start, no kink
         self.heights = h * (c.bump_height_m / h.max())
+        edge = np.clip((half - np.maximum(np.abs(X), np.abs(Y))) / c.border_m, 0.0, 1.0)
+        self.heights *= edge * edge * (3.0 - 2.0 * edge)  # flat at the edge: the ground around is z = 0
         self.mu = rng.uniform(*c.mu_range, size=(self.n_patches, self.n_patches))
         # per grid cell: mean slope → unit normal (constant over the cell)
         s = c.spacing_m
@@ -122,8 +138,15 @@ class HeightMap:
         i = min(max(int(math.floor(w)), 0), last)
         return i, j, min(max(u - j, 0.0), 1.0), min(max(w - i, 0.0), 1.0)
 
+    def inside(self, x: float, y: float) -> bool:
+        """Whether (x, y) is on the map (else on the flat ground around it)."""
+        half = 0.5 * self.config.size_m
+        return abs(x) <= half and abs(y) <= half
+
     def height(self, x: float, y: float) -> float:
-        """Ground height at (x, y) [m] (bilinear between samples; edge value outside)."""
+        """Ground height at (x, y) [m] (bilinear between samples; 0 off the map)."""
+        if not self.inside(x, y):
+            return 0.0
         i, j, fu, fw = self._cell(x, y)
         h = self.heights
         return float((1 - fw) * ((1 - fu) * h[i, j] + fu * h[i, j + 1])
@@ -131,6 +154,8 @@ class HeightMap:
 
     def normal(self, x: float, y: float) -> np.ndarray:
         """Unit surface normal at (x, y), world frame (constant per grid cell)."""
+        if not self.inside(x, y):
+            return _UP
         i, j, _, _ = self._cell(x, y)
         return self.cell_normals[i, j]
 
@@ -143,7 +168,9 @@ class HeightMap:
         return row, col
 
     def friction(self, x: float, y: float) -> float:
-        """Coulomb μ of the patch containing (x, y)."""
+        """Coulomb μ of the patch containing (x, y) (``outside_mu`` off the map)."""
+        if not self.inside(x, y):
+            return float(self.config.outside_mu)
         return float(self.mu[self.patch(x, y)])
 
     def surface_at(self, x: float, y: float) -> tuple[np.ndarray, float]:
