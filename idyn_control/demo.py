@@ -49,6 +49,7 @@ from .errors import ConfigError
 from .sim.faults import Faults, scaled_urdf
 from .sim.metrics import Trace, compute_metrics, format_metrics, sole_metrics
 from .sim.tasks import BalanceConfig
+from .sim.terrain import TERRAINS
 
 CONTROLLER = "idyn_controller"
 BRIDGE = "idyn_sim"
@@ -76,6 +77,8 @@ class DemoOptions:
     crouch: float = 0.02        # initial base height below standing [m]
     friction: float = 0.7
     compliant: bool = False
+    terrain: str = "plane"      # or "heightmap" (seed 000 §7.5; friction and compliant then unused)
+    terrain_seed: int = 0
     ros: bool = True
     out: str = "results/demo"
     wall_timeout: float = 600.0  # give up after this long [s, wall]
@@ -112,6 +115,10 @@ class DemoOptions:
             task = "balance" if flat_feet else "trot"
         if task not in TASKS:
             raise ConfigError("task", self.task, f"must be one of {('auto', *TASKS)}")
+        if self.terrain not in TERRAINS:
+            raise ConfigError("terrain", self.terrain, f"must be one of {TERRAINS}")
+        if self.terrain != "plane" and self.compliant:
+            raise ConfigError("compliant", self.compliant, "the height map is rigid (seed 000 §7.5)")
         # flat feet start standing: from a crouch G1's soles land on their edges
         crouch = 0.0 if flat_feet else self.crouch
         return replace(self, task=task, crouch=crouch, speed=0.0 if task == "balance" else self.speed)
@@ -200,6 +207,7 @@ def _run_lockstep(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, A
     scenario = Scenario(robot=opts.robot, formulation=opts.formulation, duration=opts.total,
                         velocity=(opts.speed, 0.0, 0.0), gait=trot, trot_start=t0, trot_stop=t1,
                         friction=opts.friction, compliant=opts.compliant, crouch=opts.crouch,
+                        terrain=opts.terrain, terrain_seed=opts.terrain_seed,
                         task=opts.task, balance=opts.balance,
                         compiled=True)  # as the node's compiled loop: the gait's tick included
     run = run_scenario(scenario, progress=lambda p: log(
@@ -495,6 +503,7 @@ def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
                   "-p", f"robot:={opts.robot}", "-p", "real_time:=false", "-p", "lockstep:=true", "-p", "paused:=true",
                   "-p", f"spawn_crouch:={opts.crouch}", "-p", f"friction:={float(friction)}",
                   "-p", f"compliant:={str(opts.compliant).lower()}",
+                  "-p", f"terrain:={opts.terrain}", "-p", f"terrain_seed:={int(opts.terrain_seed)}",
                   "-p", f"contact_states_topic:={CONTACT_STATES_TOPIC}", "-p", f"command_topic:={COMMAND_TOPIC}",
                   *fault_bridge]
     ctrl_cmd = [sys.executable, "-m", "idyn_control.ros.gait_controller_node", "--ros-args",

@@ -22,6 +22,9 @@ period) and publishes what the controller node reads.
   forces for the ``sensed`` formulation and for scoring predictions); ``/joint_states``
   last (sensor_msgs/JointState with the applied efforts), so a controller that ticks on
   joint states has the rest of the state already.
+- ``terrain`` ``heightmap`` (``terrain_seed``) replaces the plane with seed 000 §7.5's rigid
+  height map (:mod:`idyn_control.sim.terrain`); the controller is not told the local
+  normals and μ, as a robot on unknown ground.
 - ``push`` (start, duration, fraction of the weight) pushes the base sideways once, as
   :class:`~idyn_control.sim.faults.Faults` ``push`` does in the lock-step runner.
 - ``~/status`` diagnostic_msgs/DiagnosticArray at 1 Hz: steps, real-time factor, command
@@ -72,6 +75,7 @@ from ..gait import crouched_configuration
 from ..sim.faults import GRAVITY, Faults, push_force
 from ..sim.lockstep import CONTACT_THRESHOLD_N
 from ..sim.mujoco_model import build_mujoco
+from ..sim.terrain import make_terrain
 from . import signals
 from .conversions import SerializedMessage
 
@@ -103,6 +107,10 @@ PARAMETERS: tuple[BridgeParam, ...] = (
     BridgeParam("substeps", 1, "physics steps per control period", (1, 100)),
     BridgeParam("friction", 0.7, "ground Coulomb friction μ; ≥ 1000 means 'infinite'", (0.01, 1e6)),
     BridgeParam("compliant", False, "soft ground (about 1 mm penetration at rest) instead of rigid"),
+    BridgeParam("terrain", "plane", "'plane' (friction, compliant) or 'heightmap': seed 000 §7.5's rigid "
+                "2 m square of bumps up to 3 cm with per-patch μ ~ U(0.1, 1.5), flat around the origin, "
+                "flat ground with μ 0.8 around it"),
+    BridgeParam("terrain_seed", 0, "seed of the height map", (0, 2**31 - 1)),
     BridgeParam("real_time", True, "pace the physics to the wall clock; false = as fast as possible"),
     BridgeParam("lockstep", True, "not real time: after each state wait for the command that answers it"),
     BridgeParam("lockstep_timeout", 2.0, "lock-step: longest wait for a command before stepping anyway "
@@ -168,8 +176,9 @@ class SimBridgeNode(Node):
         self.robot = robots.load(spec, friction=None if math.isinf(friction) else friction) \
             if spec.contact_frames else robots.load(spec)
         m = self.robot
+        terrain = make_terrain(str(get("terrain")), int(get("terrain_seed")))
         self.sim = build_mujoco(m, friction=friction, compliant=bool(get("compliant")),
-                                timestep=self.period_s / self.substeps)
+                                timestep=self.period_s / self.substeps, terrain=terrain)
         joints = [j for j in get("command_joints") if j]
         self.command_joints = tuple(joints) if joints else m.joint_names
         self._cmd_index = m.joint_order(self.command_joints)  # command entry i → model joint
@@ -264,7 +273,9 @@ class SimBridgeNode(Node):
         self.get_logger().info(
             f"{m!r} in MuJoCo at {self.rate_hz:g} Hz × {self.substeps} substeps, "
             f"{'real time' if self.real_time else ('lock-step' if self.lockstep else 'as fast as possible')}, "
-            f"ground μ={self.sim.friction:g} {'compliant' if self.sim.compliant else 'rigid'}; commands on "
+            + (f"height map (seed {self.sim.terrain.seed}); " if self.sim.terrain is not None else
+               f"ground μ={self.sim.friction:g} {'compliant' if self.sim.compliant else 'rigid'}; ")
+            + f"commands on "
             f"{get('command_topic')} for {list(self.command_joints)}"
             + ("; paused until the first command" if self._paused else "")
             + ("; paused until the parameter 'paused' is set false" if self._held else ""))
