@@ -275,8 +275,7 @@ class SimBridgeNode(Node):
             f"{'real time' if self.real_time else ('lock-step' if self.lockstep else 'as fast as possible')}, "
             + (f"height map (seed {self.sim.terrain.seed}); " if self.sim.terrain is not None else
                f"ground μ={self.sim.friction:g} {'compliant' if self.sim.compliant else 'rigid'}; ")
-            + f"commands on "
-            f"{get('command_topic')} for {list(self.command_joints)}"
+            + f"commands on {get('command_topic')} for {list(self.command_joints)}"
             + ("; paused until the first command" if self._paused else "")
             + ("; paused until the parameter 'paused' is set false" if self._held else ""))
 
