@@ -75,10 +75,7 @@ def test_a_robot_from_a_yaml_file_only_trots_through_ros(tmp_path, name):
     pytest.importorskip("mcap")
     path = write_robot_file(tmp_path, name)
     out = tmp_path / "demo"
-    domain = random.Random(os.getpid() ^ time.time_ns()).randint(1, 200)
-    env = dict(os.environ, IDYN_DEMO_DOMAIN_ID=str(domain), PYTHONUNBUFFERED="1")
-    proc = subprocess.run([sys.executable, "-m", "idyn_control.cli", "demo", "--config", str(path), "--duration", "3",
-                           "--out", str(out)], env=env, capture_output=True, text=True, timeout=600)
+    proc = _cli_demo(out, "--config", str(path), "--duration", "3")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     m = report["metrics"]
@@ -90,9 +87,20 @@ def test_a_robot_from_a_yaml_file_only_trots_through_ros(tmp_path, name):
     assert m["compiled_tick_fraction"] >= 0.99, m["compiled_tick_fraction"]
 
 
-def _run_demo(out, **options) -> subprocess.CompletedProcess:
+def _demo_env() -> dict:
+    """The environment of a demo child process: a ROS domain of its own."""
     domain = random.Random(os.getpid() ^ time.time_ns()).randint(1, 200)
-    env = dict(os.environ, IDYN_DEMO_DOMAIN_ID=str(domain), PYTHONUNBUFFERED="1")
+    return dict(os.environ, IDYN_DEMO_DOMAIN_ID=str(domain), PYTHONUNBUFFERED="1")
+
+
+def _cli_demo(out, *args: str) -> subprocess.CompletedProcess:
+    """``idyn-control demo ARGS --out OUT`` in a child process."""
+    return subprocess.run([sys.executable, "-m", "idyn_control.cli", "demo", *args, "--out", str(out)],
+                          env=_demo_env(), capture_output=True, text=True, timeout=600)
+
+
+def _run_demo(out, **options) -> subprocess.CompletedProcess:
+    env = _demo_env()
     script = textwrap.dedent(f"""
         from idyn_control import demo
         report = demo.run(demo.DemoOptions(robot="g1", out={str(out)!r}, **{options!r}))
@@ -159,11 +167,8 @@ def test_the_demo_trots_over_the_height_map_through_ros(tmp_path, formulation):
     normals or μ, trots the quadruped over it through DDS."""
     pytest.importorskip("mcap")
     out = tmp_path / "demo"
-    domain = random.Random(os.getpid() ^ time.time_ns()).randint(1, 200)
-    env = dict(os.environ, IDYN_DEMO_DOMAIN_ID=str(domain), PYTHONUNBUFFERED="1")
-    proc = subprocess.run([sys.executable, "-m", "idyn_control.cli", "demo", "--formulation", formulation,
-                           "--terrain", "heightmap", "--terrain-seed", "2", "--duration", "4", "--out", str(out)],
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = _cli_demo(out, "--formulation", formulation, "--terrain", "heightmap", "--terrain-seed", "2",
+                     "--duration", "4")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "height map (seed 2)" in (out / "bridge.log").read_text()
     m = json.loads((out / "report.json").read_text())["metrics"]

@@ -493,11 +493,11 @@ def _add_terrain(spec: mujoco.MjSpec, terrain: HeightMap) -> list:
         tiles.append((geom, tile_mu))
     # the flat ground around the map: four boxes, top at z = 0, touching its edges
     c = terrain.config
-    half, far, depth = 0.5 * c.size_m, _OUTSIDE_M, 0.05
-    for k, (pos, size) in enumerate((((half + far, 0.0), (far, half + 2 * far)),
-                                     ((-half - far, 0.0), (far, half + 2 * far)),
-                                     ((0.0, half + far), (half, far)),
-                                     ((0.0, -half - far), (half, far)))):
+    edge, far, depth = 0.5 * c.size_m, _OUTSIDE_M, 0.05  # the map's half side, the boxes' reach and half height
+    for k, (pos, size) in enumerate((((edge + far, 0.0), (far, edge + 2 * far)),
+                                     ((-edge - far, 0.0), (far, edge + 2 * far)),
+                                     ((0.0, edge + far), (edge, far)),
+                                     ((0.0, -edge - far), (edge, far)))):
         geom = spec.worldbody.add_geom(name=f"terrain_outside_{k}", type=mujoco.mjtGeom.mjGEOM_BOX,
                                        pos=[pos[0], pos[1], -depth], size=[size[0], size[1], depth],
                                        friction=[c.outside_mu, 0.005, 0.0001], condim=3, priority=1,
