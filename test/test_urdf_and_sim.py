@@ -418,3 +418,47 @@ def test_example_robot_data_found_where_a_ros_install_puts_it(how, tmp_path, mon
         robots_module.example_robot_data_dir.cache_clear()
     assert found == prefix / "share" / "example-robot-data"
     assert (found / "robots" / "solo_description" / "robots" / "solo12.urdf").is_file()
+
+
+def _standing_feet_drift(name: str, noslip: bool = True, duration_s: float = 10.0) -> tuple[float, float, float]:
+    """The robot standing with ``qp_coulomb`` (its defaults) on rigid μ = 0.7: the largest
+    horizontal foot displacement and the base's drop from 0.5 s to the end [m], and the
+    median tangential/normal ratio of the measured foot forces."""
+    from idyn_control.sim.lockstep import LockstepRunner, Scenario
+
+    runner = LockstepRunner(Scenario(robot=name, formulation="qp_coulomb", friction=0.7, duration=duration_s,
+                                     gait=False))
+    if not noslip:
+        runner.sim.model.opt.noslip_iterations = 0
+    tr = runner.run().trace
+    robot = runner.robot
+    data = robot.pin_model.createData()
+    feet = []
+    for n in (500, tr.n - 1):
+        pin.framesForwardKinematics(robot.pin_model, data, tr.q[n])
+        feet.append([data.oMf[f].translation[:2].copy() for f in robot.contact_frame_ids])
+    drift = float(np.linalg.norm(np.array(feet[1]) - np.array(feet[0]), axis=1).max())
+    f = tr.f_meas[500:tr.n]
+    ratio = np.hypot(f[..., 0], f[..., 1]) / np.maximum(f[..., 2], 1e-9)
+    return drift, float(tr.q[500, 2] - tr.q[tr.n - 1, 2]), float(np.median(ratio))
+
+
+@pytest.mark.parametrize("name", ("quadruped", "go2", "solo12", "anymal_c"))
+def test_rigid_ground_holds_feet_that_push_sideways_inside_the_cone(name):
+    """Rigid ground has hard friction (MuJoCo's noslip solver): standing 10 s with the
+    default formulation, whose feet push sideways at a fraction of μ = 0.7, no foot moves.
+    With MuJoCo's soft friction alone they crept apart at a speed proportional to that
+    force (20 s: 32–69 mm, the bodies 7–21 mm lower)."""
+    drift, drop, ratio = _standing_feet_drift(name)
+    assert 0.02 < ratio < 0.7, ratio   # the feet do push sideways, inside the cone
+    assert drift < 0.5e-3, drift       # [m]
+    assert abs(drop) < 1e-3, drop      # [m]
+
+
+def test_soft_friction_alone_lets_standing_feet_creep():
+    """The same stand without the noslip solver: the feet splay (what the test above guards)."""
+    drift, drop, _ = _standing_feet_drift("quadruped", noslip=False, duration_s=5.0)
+    assert drift > 5e-3, drift
+    assert drop > 1e-3, drop
+    assert build_mujoco(robots.load("quadruped"), friction=0.7).model.opt.noslip_iterations > 0
+    assert build_mujoco(robots.load("quadruped"), friction=0.7, compliant=True).model.opt.noslip_iterations == 0

@@ -53,6 +53,10 @@ _MESH_FORMATS = (".stl", ".obj", ".msh")  # what MuJoCo's mesh loader reads
 _DEFAULT_FOOT_RADIUS = 0.02  # [m] when nothing in the URDF says better
 _RIGID_SOLIMP = (0.95, 0.99, 0.001, 0.5, 2.0)
 _COMPLIANT_IMPEDANCE = 0.9  # constant d(r) of the compliant ground (solimp dmin = dmax)
+#: MuJoCo's noslip solver on rigid ground (``opt.noslip_iterations``): without it a foot that
+#: pushes sideways well inside the friction cone still creeps (soft friction); Go2 standing
+#: 20 s on μ 0.7 with qp_coulomb splayed its feet 69 mm, with it 0.002 mm
+RIGID_NOSLIP_ITERATIONS = 10
 BOX_DISTANCE_MAX_M = 0.05  # [m] range of MujocoSim.box_distance_array
 _CONTACT_FORCE_EPS = 1e-9  # [N] normal force above which a contact counts as active
 
@@ -454,6 +458,13 @@ def build_mujoco(
     mu_tiles = [(geom.id, tile_mu) for geom, tile_mu in tiles]
     _set_ground_stiffness(robot, model, contacts, mu=max([mu] + [m for _, m in mu_tiles]),
                           compliant=compliant, penetration=penetration, patches=mu_tiles)
+    if robot.free_box is not None or len({c.body_id for c in contacts}) < len(contacts):
+        # soft friction for a grasped box and for flat feet (several contact points on one
+        # body): with the noslip solver ID(t_i-1) dropped the box of seed 000 §8.4.1 at 1.56 s
+        # on μ 1.0 (it holds it 3 s without, as in the paper), and the pyramid edges it
+        # re-solves moved G1's sole loads until a corner carried nothing on 125 ticks of its
+        # weight shift (never without)
+        model.opt.noslip_iterations = 0
     sim = MujocoSim(robot, model, contacts, friction=mu, compliant=compliant, dropped_collisions=dropped)
     sim.terrain = terrain
     return sim
@@ -671,8 +682,17 @@ def _set_ground_stiffness(robot: RobotModel, model: mujoco.MjModel, contacts: tu
     but lets the feet creep sideways at 0.05 m/s while standing.
 
     Rigid: τ = 2·dt/√c (2·dt is the stiffest MuJoCo integrates stably), impedance
-    0.95–0.99: 10–20 µm at rest for the quadruped and Solo12. Compliant: d = 0.9 and τ solved from the
-    formula for f = m·g / n_contacts.
+    0.95–0.99: 10–20 µm at rest for the quadruped and Solo12, and MuJoCo's noslip solver
+    (:data:`RIGID_NOSLIP_ITERATIONS`) makes its friction hard: soft friction lets a loaded
+    foot creep sideways at a speed proportional to its tangential force, even far inside
+    the cone (standing 20 s on μ 0.7 with ``qp_coulomb``, the feet of Go2, ANYmal C, Solo12
+    and the project quadruped splayed 32–69 mm and the bodies sank 7–21 mm; with it the feet
+    stay within 0.02 mm). It holds feet that push sideways at up to ~0.45 μ (measured: Go2
+    standing, μ 0.3–0.7); at ~0.7 μ (``qp_coulomb``'s friction margin on μ ≤ 0.3) they still
+    creep, 7 mm/s on μ 0.1, with or without it. Compliant: d = 0.9 and τ solved from the formula for
+    f = m·g / n_contacts; no noslip solver (a penalty ground yields sideways too). A model
+    with a free box (the grasp) or flat feet has no noslip solver either (see
+    :func:`build_mujoco`).
 
     ``patches`` (geom id, μ) of a rigid height map: ``mu`` is their largest μ (it sets
     impratio) and each patch gets the τ of its own μ, so every patch is equally rigid.
@@ -701,6 +721,7 @@ def _set_ground_stiffness(robot: RobotModel, model: mujoco.MjModel, contacts: tu
         solimp = _RIGID_SOLIMP
     model.geom_solref[:] = solref
     model.geom_solimp[:] = solimp
+    model.opt.noslip_iterations = 0 if compliant else RIGID_NOSLIP_ITERATIONS
     if not compliant and model.opt.cone == mujoco.mjtCone.mjCONE_PYRAMIDAL:
         for geom_id, patch_mu in patches:
             c = patch_mu * patch_mu * (1.0 + patch_mu * patch_mu) / (2.0 * model.opt.impratio)
