@@ -7,6 +7,8 @@ paper's PID and ID(t_i)QP,∞ walk on rigid μ = 0.1, its PID and ID(t_i)QP,μ o
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pinocchio as pin
 import pytest
@@ -58,30 +60,85 @@ def test_pid_integral_term_is_bounded_as_a_torque():
     np.testing.assert_allclose(result.tau, f.gain * 100.0 + 0.4, rtol=1e-12)
 
 
-def test_qp_noslip_standing_forces_leave_the_low_friction_cone():
-    """Why ID(t_i)QP,∞ slips at rest on μ = 0.1: among the forces that hold the body,
-    Stage II picks the minimum-torque ones, which point from each foot towards its
-    abduction axis (the foot stands 4 cm outside it): a tangential/normal ratio near
-    0.2. ID(t_i)QP,μ keeps the same stance inside its pyramid."""
-    model = robots.load("quadruped", friction=MU)
+@pytest.mark.parametrize("mu", (MU, math.inf))
+def test_qp_noslip_stage2_keeps_standing_forces_inside_the_grounds_pyramid(mu):
+    """ID(t_i)QP,∞ at rest on μ = 0.1: of the no-slip forces that hold the body (Stage I's
+    optimal set), Stage II picks ones the ground can hold, inside the pyramid by the
+    friction margin, as ID(t_i)QP,μ does. The paper's Stage II (minimum torque only) leaned
+    them to ~0.2 of the normal force (each foot stands 4 cm outside its abduction axis), the
+    feet slid and the robot fell within 0.2 s. On "infinite" friction the same Stage II
+    still returns those minimum-torque forces."""
+    model = robots.load("quadruped", friction=mu if mu < math.inf else 1e3)
     q = robots.standing_configuration(model, "quadruped")
     v = np.zeros(model.nv)
-    ratios = {}
-    for name in ("qp_noslip", "qp_coulomb"):
-        ctrl = Controller(model, ControllerConfig(formulation=name))
-        ctrl.reset(q, v)
-        cmd = ctrl.update(q, v, np.ones(len(model.contacts), dtype=bool))
-        f = cmd.result.forces
-        assert f[:, 2].sum() == pytest.approx(9.81 * 2.88, rel=0.02)
-        ratios[name] = np.hypot(f[:, 0], f[:, 1]) / f[:, 2]
-    assert ratios["qp_noslip"].min() > 1.5 * MU
-    assert ratios["qp_coulomb"].max() <= MU + 1e-6
+    ctrl = Controller(model, ControllerConfig(formulation="qp_noslip"))
+    ctrl.reset(q, v)
+    cmd = ctrl.update(q, v, np.ones(len(model.contacts), dtype=bool))
+    f = cmd.result.forces
+    weight = 9.81 * pin.computeTotalMass(model.pin_model)
+    assert f[:, 2].sum() == pytest.approx(weight, rel=0.02)
+    ratio = np.hypot(f[:, 0], f[:, 1]) / f[:, 2]
+    margin = formulation_options("quadruped", "qp_noslip").get("friction_margin", 0.2)
+    if mu < math.inf:
+        assert ratio.max() <= (1.0 - margin) * mu + 1e-6, ratio
+    else:
+        assert ratio.min() > 1.5 * MU, ratio  # minimum torque: the lean the pyramid now forbids at μ 0.1
+    # the torques hold the body with these forces: the dynamics' joint rows at q̈ = q̈_des
+    data = model.pin_model.createData()
+    J = np.vstack([pin.computeFrameJacobian(model.pin_model, data, q, fid, pin.LOCAL_WORLD_ALIGNED)[:3]
+                   for fid in model.contact_frame_ids])
+    tau = pin.rnea(model.pin_model, data, q, v, cmd.result.qdd) - J.T @ f.reshape(-1)
+    np.testing.assert_allclose(tau[:6], 0.0, atol=1e-6 * weight)
+    np.testing.assert_allclose(tau[6:], cmd.tau, atol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10, open: ID(t_i)QP,∞ predicts tangential forces beyond "
-                   "μ = 0.1 (standing ratio ~0.19, trot lift-off ~0.15), the feet slide and it falls "
-                   "(0.20 s); feet under the abduction axes stand it up but narrow the stance and "
-                   "make qp_coulomb fall on rigid μ∞")
+#: robots and μ on which ID(t_i)QP,∞ cannot stand yet (strict xfails)
+NOSLIP_STANDING_FAILS = {("anymal_c", 0.1): "its feet land unevenly from the start pose (two of four carry "
+                         "the 50 kg in the first 25 ms) and the no-slip forces of the rebound leave μ 0.1"}
+
+
+def _standing_cells() -> list:
+    return [pytest.param(robot, mu, marks=[pytest.mark.xfail(strict=True, reason=NOSLIP_STANDING_FAILS[robot, mu])]
+                         if (robot, mu) in NOSLIP_STANDING_FAILS else [])
+            for robot in ("quadruped", "go2", "solo12", "anymal_c") for mu in (0.1, 0.3)]
+
+
+def _stand_slide(robot: str, formulation: str, mu: float):
+    """3 s standing on rigid μ: (metrics, largest horizontal foot slide after 0.5 s [m],
+    p99 of the measured tangential/normal ratio)."""
+    run = run_scenario(robot=robot, formulation=formulation, friction=mu, duration=3.0, gait=False)
+    tr = run.trace
+    model = robots.load(robot)
+    data = model.pin_model.createData()
+    feet = []
+    for n in (500, tr.n - 1):
+        pin.framesForwardKinematics(model.pin_model, data, tr.q[n])
+        feet.append([data.oMf[fid].translation[:2].copy() for fid in model.contact_frame_ids])
+    slide = float(np.linalg.norm(np.array(feet[1]) - np.array(feet[0]), axis=1).max())
+    fm = tr.f_meas[500:tr.n]
+    loaded = fm[:, :, 2] > 1.0
+    ratio = np.hypot(fm[:, :, 0], fm[:, :, 1])[loaded] / fm[:, :, 2][loaded]
+    return run.metrics, slide, float(np.percentile(ratio, 99))
+
+
+@pytest.mark.parametrize("robot, mu", _standing_cells())
+def test_qp_noslip_stands_on_rigid_low_friction_ground(robot, mu):
+    """Standing 3 s on rigid μ = 0.1 and 0.3, every shipped quadruped: ID(t_i)QP,∞ does not
+    fall, its feet push inside the cone and slide no more than ID(t_i)QP,μ's (same Stage II;
+    both creep where the forces sit at the friction margin, ~0.7 μ: see build_mujoco). With
+    Stage II's minimum-torque forces it fell on all four at μ = 0.1 (0.17–0.37 s) and on
+    Solo12 and ANYmal C at μ = 0.3."""
+    m, slide, ratio = _stand_slide(robot, "qp_noslip", mu)
+    assert not m["fell"], f"fell at {m['fall_time_s']} s"
+    assert ratio < mu, ratio
+    _, slide_coulomb, _ = _stand_slide(robot, "qp_coulomb", mu)
+    assert slide <= slide_coulomb + 1e-3, (slide, slide_coulomb)  # [m]
+
+
+@pytest.mark.xfail(strict=True, reason="issue 10, open: ID(t_i)QP,∞ stands on μ = 0.1, but at the trot's "
+                   "lift-off the swing legs' reaction needs tangential forces of 1–16 times the normal "
+                   "force at the two stance feet in its no-slip model (Stage II's set is empty), the "
+                   "feet slide and it falls 0.2 s into the trot")
 def test_qp_noslip_stands_and_trots_on_rigid_low_friction_ground():
     m = _trot("qp_noslip").metrics
     assert not m["fell"], f"fell at {m['fall_time_s']} s"

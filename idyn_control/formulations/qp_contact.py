@@ -42,6 +42,20 @@ When no forces of Stage I's optimal set meet the margin (a trot's two stance fee
 hard sideways) Stage II's set is empty and Stage I's forces stand; with one or two feet down
 that is decided without ProxQP (``_stage2_set_empty``: the set is then a point or a line).
 
+ID(t_i)QP,∞ does the same with the ground's μ (the contacts' ``mu``): its Stage I predicts
+no-slip forces, and Stage II picks among the equally optimal ones forces the ground can
+hold, where there are any. The paper's Stage II (min torque only) leans the project
+quadruped's standing forces to 0.18–0.2 of the normal force; standing on rigid μ = 0.1 the
+feet slid and each shipped quadruped fell within 0.4 s. Now three of the four stand there
+(ANYmal C, landing unevenly from its start pose, still falls). A contact of "infinite"
+friction (μ = 1000) bounds nothing. It does not make QP,∞ trot where friction is finite:
+at a trot's lift-off the swing legs' reaction needs more tangential force at the two stance
+feet than the ground gives, Stage II's set is empty and Stage I's forces stand. Measured
+2026-11-28, 10 s lock-step, trot from 1 s at 0.2 m/s, fall time min torque → inside the
+pyramid, rigid μ 0.7: quadruped 1.8 → 1.8 s, Go2 3.1 → 4.6 s, Solo12 1.4 → 4.1 s, ANYmal C
+0.9 → 6.5 s; rigid μ 0.3, compliant μ 0.5 and the height map: 0.3–3.0 s → 1.3–6.1 s (the
+quadruped on compliant μ 0.5 earlier, 2.0 → 1.4 s).
+
 Its Hessian J_b A⁻¹ J_bᵀ has rank ≤ 6, so with more than two feet the forces are
 indeterminate (seed 000 §2.4) and a solver may cycle between equally optimal ones:
 torque chatter (Fig. 6). **Stage II** (eq. 102–112) picks, inside the optimal set, the
@@ -196,11 +210,13 @@ class _QpContact(Formulation):
         if self._friction_version == cs.version:
             return
         n_rows = PYRAMID_ROWS * cs.size
-        for qp in (self.stage1, self.stage2):
+        # Stage II always uses the ground's pyramid: with infinite friction it only chooses,
+        # among the no-slip forces of Stage I's optimal set, ones the ground can hold
+        for qp, unilateral in ((self.stage1, self.infinite_friction), (self.stage2, False)):
             cs.fill_friction_rows(qp.C[:n_rows], qp.l[:n_rows], qp.u[:n_rows],
-                                  unilateral_only=self.infinite_friction, rows=self.pyramid)
+                                  unilateral_only=unilateral, rows=self.pyramid)
         margin = self.options["friction_margin"]
-        if margin and not self.infinite_friction:
+        if margin:
             for i in np.flatnonzero(cs.active):  # facets: (t-part) − μ n → (t-part) − (1 − m) μ n
                 r = PYRAMID_ROWS * i
                 self.stage2.C[r:r + 4, 3 * i:3 * i + 3] += margin * cs.mu[i] * cs.basis[i, 2]
@@ -241,10 +257,11 @@ class _QpContact(Formulation):
             ramp = bound < INF
             for qp, scale in ((self.stage1, 1.0), (self.stage2, 1.0 / mass)):
                 qp.set_row_bounds(r + 4, -bound * scale if ramp else -INF, qp.u[r + 4])
-                if self.infinite_friction:  # rows r, r + 1 are free for μ = ∞
-                    qp.C[r:r + 2, c:c + 3] = cs.basis[i, :2] if ramp else 0.0
-                    for j in (r, r + 1):
-                        qp.set_row_bounds(j, -bound * scale if ramp else -INF, bound * scale if ramp else INF)
+            if self.infinite_friction:  # Stage I's rows r, r + 1 are free for μ = ∞
+                s1 = self.stage1
+                s1.C[r:r + 2, c:c + 3] = cs.basis[i, :2] if ramp else 0.0
+                for j in (r, r + 1):
+                    s1.set_row_bounds(j, -bound if ramp else -INF, bound if ramp else INF)
 
     def _compute(self):
         self._refresh_pyramid()
@@ -612,7 +629,8 @@ class QpCoulomb(_QpContact):
 
 
 class QpNoSlip(_QpContact):
-    """ID(t_i)QP,∞: infinite friction, only n·f ≥ 0 (seed 000 §6)."""
+    """ID(t_i)QP,∞: infinite friction in Stage I, only n·f ≥ 0 (seed 000 §6); Stage II
+    keeps the forces inside the ground's pyramid when Stage I's optimal set allows."""
 
     name = "qp_noslip"
     infinite_friction = True

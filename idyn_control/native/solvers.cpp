@@ -905,10 +905,13 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
   for (int i = 0; i < k; ++i) n_active += active[i] ? 1 : 0;
   if (version != c.version) {
     const int n_rows = PYRAMID_ROWS * k;
-    for (Qp* qp : {&c.stage1, &c.stage2})
-      fill_friction_rows(qp->C.topRows(n_rows), qp->l.head(n_rows), qp->u.head(n_rows), c.friction_rows, active, k,
-                         c.unilateral_only);
-    if (friction_margin != 0.0 && !c.unilateral_only) {
+    // Stage II always uses the ground's pyramid: with infinite friction it only chooses,
+    // among the no-slip forces of Stage I's optimal set, ones the ground can hold
+    fill_friction_rows(c.stage1.C.topRows(n_rows), c.stage1.l.head(n_rows), c.stage1.u.head(n_rows),
+                       c.friction_rows, active, k, c.unilateral_only);
+    fill_friction_rows(c.stage2.C.topRows(n_rows), c.stage2.l.head(n_rows), c.stage2.u.head(n_rows),
+                       c.friction_rows, active, k, false);
+    if (friction_margin != 0.0) {
       // Stage II's facets (t-part) − μn → (t-part) − (1 − m)μn; the four facets sum to −4μn
       for (int i = 0; i < k; ++i) {
         if (!active[i]) continue;
@@ -922,7 +925,7 @@ int qpc_solve(Qpc& c, const double* qdd_des_p, const std::uint8_t* active, long 
   }
   const double scale2 = nb ? 1.0 / t.M(0, 0) : 1.0;  // Stage II: forces per unit mass
   bound_contact_forces(c.stage1, 0, c.max_normal_force, c.basis, active, k, 1.0, c.unilateral_only);
-  bound_contact_forces(c.stage2, 0, c.max_normal_force, c.basis, active, k, scale2, c.unilateral_only);
+  bound_contact_forces(c.stage2, 0, c.max_normal_force, c.basis, active, k, scale2, false);
   bool done = false;
   if (nb && n_active) {
     const auto Jb = t.J.leftCols(nb);
