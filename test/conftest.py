@@ -124,3 +124,16 @@ def switching_sequence(model, robot, rng, ticks):
         # all feet, then one lifted, then none
         active = frames if i < ticks // 2 else (frames[1:] if i < ticks - 2 else ())
         yield q, v, a, active
+
+
+def foot_slide(model, trace, start: int) -> float:
+    """Largest horizontal displacement of a contact frame between tick ``start`` and the
+    trace's last tick [m] (a lock-step :class:`~idyn_control.sim.lockstep.Trace`)."""
+    import pinocchio as pin
+
+    data = model.pin_model.createData()
+    feet = []
+    for n in (start, trace.n - 1):
+        pin.framesForwardKinematics(model.pin_model, data, trace.q[n])
+        feet.append([data.oMf[fid].translation[:2].copy() for fid in model.contact_frame_ids])
+    return float(np.linalg.norm(np.array(feet[1]) - np.array(feet[0]), axis=1).max())

@@ -13,6 +13,7 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
+from conftest import foot_slide
 from idyn_control import formulations, robots
 from idyn_control.controller import Controller, ControllerConfig
 from idyn_control.sim.lockstep import formulation_options, run_scenario
@@ -108,13 +109,7 @@ def _stand_slide(robot: str, formulation: str, mu: float):
     p99 of the measured tangential/normal ratio)."""
     run = run_scenario(robot=robot, formulation=formulation, friction=mu, duration=3.0, gait=False)
     tr = run.trace
-    model = robots.load(robot)
-    data = model.pin_model.createData()
-    feet = []
-    for n in (500, tr.n - 1):
-        pin.framesForwardKinematics(model.pin_model, data, tr.q[n])
-        feet.append([data.oMf[fid].translation[:2].copy() for fid in model.contact_frame_ids])
-    slide = float(np.linalg.norm(np.array(feet[1]) - np.array(feet[0]), axis=1).max())
+    slide = foot_slide(robots.load(robot), tr, 500)
     fm = tr.f_meas[500:tr.n]
     loaded = fm[:, :, 2] > 1.0
     ratio = np.hypot(fm[:, :, 0], fm[:, :, 1])[loaded] / fm[:, :, 2][loaded]

@@ -16,6 +16,7 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
+from conftest import foot_slide
 from idyn_control import robots
 from idyn_control.errors import ConfigError, ModelError, UnknownNameError
 from idyn_control.sim import INFINITE_FRICTION, build_mujoco
@@ -431,13 +432,7 @@ def _standing_feet_drift(name: str, noslip: bool = True, duration_s: float = 10.
     if not noslip:
         runner.sim.model.opt.noslip_iterations = 0
     tr = runner.run().trace
-    robot = runner.robot
-    data = robot.pin_model.createData()
-    feet = []
-    for n in (500, tr.n - 1):
-        pin.framesForwardKinematics(robot.pin_model, data, tr.q[n])
-        feet.append([data.oMf[f].translation[:2].copy() for f in robot.contact_frame_ids])
-    drift = float(np.linalg.norm(np.array(feet[1]) - np.array(feet[0]), axis=1).max())
+    drift = foot_slide(runner.robot, tr, 500)
     f = tr.f_meas[500:tr.n]
     ratio = np.hypot(f[..., 0], f[..., 1]) / np.maximum(f[..., 2], 1e-9)
     return drift, float(tr.q[500, 2] - tr.q[tr.n - 1, 2]), float(np.median(ratio))

@@ -458,13 +458,14 @@ def build_mujoco(
     mu_tiles = [(geom.id, tile_mu) for geom, tile_mu in tiles]
     _set_ground_stiffness(robot, model, contacts, mu=max([mu] + [m for _, m in mu_tiles]),
                           compliant=compliant, penetration=penetration, patches=mu_tiles)
-    if robot.free_box is not None or len({c.body_id for c in contacts}) < len(contacts):
-        # soft friction for a grasped box and for flat feet (several contact points on one
-        # body): with the noslip solver ID(t_i-1) dropped the box of seed 000 §8.4.1 at 1.56 s
-        # on μ 1.0 (it holds it 3 s without, as in the paper), and the pyramid edges it
-        # re-solves moved G1's sole loads until a corner carried nothing on 125 ticks of its
-        # weight shift (never without)
-        model.opt.noslip_iterations = 0
+    # hard friction (the noslip solver) on rigid ground under point feet only; soft for a
+    # grasped box and for flat feet (several contact points on one body): with the noslip
+    # solver ID(t_i-1) dropped the box of seed 000 §8.4.1 at 1.56 s on μ 1.0 (it holds it 3 s
+    # without, as in the paper), and the pyramid edges it re-solves moved G1's sole loads
+    # until a corner carried nothing on 125 ticks of its weight shift (never without)
+    point_feet = len({c.body_id for c in contacts}) == len(contacts)
+    hard = not compliant and point_feet and robot.free_box is None
+    model.opt.noslip_iterations = RIGID_NOSLIP_ITERATIONS if hard else 0
     sim = MujocoSim(robot, model, contacts, friction=mu, compliant=compliant, dropped_collisions=dropped)
     sim.terrain = terrain
     return sim
@@ -683,7 +684,7 @@ def _set_ground_stiffness(robot: RobotModel, model: mujoco.MjModel, contacts: tu
 
     Rigid: τ = 2·dt/√c (2·dt is the stiffest MuJoCo integrates stably), impedance
     0.95–0.99: 10–20 µm at rest for the quadruped and Solo12, and MuJoCo's noslip solver
-    (:data:`RIGID_NOSLIP_ITERATIONS`) makes its friction hard: soft friction lets a loaded
+    (:data:`RIGID_NOSLIP_ITERATIONS`, set by :func:`build_mujoco`) makes its friction hard: soft friction lets a loaded
     foot creep sideways at a speed proportional to its tangential force, even far inside
     the cone (standing 20 s on μ 0.7 with ``qp_coulomb``, the feet of Go2, ANYmal C, Solo12
     and the project quadruped splayed 32–69 mm and the bodies sank 7–21 mm; with it the feet
@@ -721,7 +722,6 @@ def _set_ground_stiffness(robot: RobotModel, model: mujoco.MjModel, contacts: tu
         solimp = _RIGID_SOLIMP
     model.geom_solref[:] = solref
     model.geom_solimp[:] = solimp
-    model.opt.noslip_iterations = 0 if compliant else RIGID_NOSLIP_ITERATIONS
     if not compliant and model.opt.cone == mujoco.mjtCone.mjCONE_PYRAMIDAL:
         for geom_id, patch_mu in patches:
             c = patch_mu * patch_mu * (1.0 + patch_mu * patch_mu) / (2.0 * model.opt.impratio)
