@@ -112,7 +112,7 @@ def cmd_demo(args) -> int:
     opts = demo.DemoOptions(robot=args.robot, formulation=args.formulation, duration=args.duration,
                             speed=args.speed, ros=not args.no_ros, out=args.out, friction=args.friction,
                             compliant=args.compliant, terrain=args.terrain, terrain_seed=args.terrain_seed,
-                            task=args.task)
+                            blind=args.blind, task=args.task)
     report = demo.run(opts, log=lambda m: print(m, flush=True))
     m = report["metrics"]
     return 1 if m.get("fell") or m.get("failure") else 0
@@ -234,6 +234,9 @@ def main(argv=None) -> int:
                    help="heightmap: seed 000's rigid 3 cm bumps with per-patch μ ~ U(0.1, 1.5) "
                         "(--friction and --compliant unused)")
     p.add_argument("--terrain-seed", type=int, default=0, help="seed of the height map")
+    p.add_argument("--blind", action="store_true",
+                   help="heightmap: do not tell the controller the normal and μ under its feet (it assumes "
+                        "flat ground and --friction)")
     p.add_argument("--no-ros", action="store_true", help="lock-step in one process, no ROS")
     p.add_argument("--task", default="auto", choices=("auto", "trot", "balance"),
                    help="trot, or balance (stand, shift the weight, squat); auto: balance for a robot on flat "

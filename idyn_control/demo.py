@@ -79,6 +79,7 @@ class DemoOptions:
     compliant: bool = False
     terrain: str = "plane"      # or "heightmap" (seed 000 §7.5; friction and compliant then unused)
     terrain_seed: int = 0
+    blind: bool = False         # heightmap: the controller is not told the ground under its feet
     ros: bool = True
     out: str = "results/demo"
     wall_timeout: float = 600.0  # give up after this long [s, wall]
@@ -207,7 +208,7 @@ def _run_lockstep(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, A
     scenario = Scenario(robot=opts.robot, formulation=opts.formulation, duration=opts.total,
                         velocity=(opts.speed, 0.0, 0.0), gait=trot, trot_start=t0, trot_stop=t1,
                         friction=opts.friction, compliant=opts.compliant, crouch=opts.crouch,
-                        terrain=opts.terrain, terrain_seed=opts.terrain_seed,
+                        terrain=opts.terrain, terrain_seed=opts.terrain_seed, terrain_known=not opts.blind,
                         task=opts.task, balance=opts.balance,
                         compiled=True)  # as the node's compiled loop: the gait's tick included
     run = run_scenario(scenario, progress=lambda p: log(
@@ -504,6 +505,7 @@ def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
                   "-p", f"spawn_crouch:={opts.crouch}", "-p", f"friction:={float(friction)}",
                   "-p", f"compliant:={str(opts.compliant).lower()}",
                   "-p", f"terrain:={opts.terrain}", "-p", f"terrain_seed:={int(opts.terrain_seed)}",
+                  "-p", f"publish_ground:={str(not opts.blind).lower()}",
                   "-p", f"contact_states_topic:={CONTACT_STATES_TOPIC}", "-p", f"command_topic:={COMMAND_TOPIC}",
                   *fault_bridge]
     ctrl_cmd = [sys.executable, "-m", "idyn_control.ros.gait_controller_node", "--ros-args",
@@ -511,6 +513,8 @@ def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
     if opts.formulation == "sensed":  # the bridge's contact forces (world frame, odom) for ID(t_{i-1})
         for frame in model.contact_frames:
             ctrl_cmd += ["-r", f"~/measured_wrench/{frame}:=/{BRIDGE}/contact_wrench/{frame}"]
+    if opts.terrain != "plane" and not opts.blind:  # the map's normal and μ under the feet
+        ctrl_cmd += ["-r", f"~/contact_ground:=/{BRIDGE}/contact_ground"]
     logs = {name: open(out / f"{name}.log", "w") for name in ("bridge", "controller", "relay")[:3 if relay_cmd else 2]}
     procs = {"bridge": subprocess.Popen(bridge_cmd, env=env, stdout=logs["bridge"], stderr=subprocess.STDOUT)}
     if relay_cmd:
@@ -684,12 +688,13 @@ def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
     if sources:  # ticks where the safety layer replaced the formulation's torque
         extra["fallback_ticks"] = int(sum(float(ctrl[k]) for k in sources))
     bridge = diag.get(BRIDGE, {})
-    for key in ("steps", "commands", "timeouts", "lockstep_timeouts", "rejected_length", "rejected_nonfinite"):
+    for key in ("steps", "commands", "timeouts", "lockstep_timeouts", "rejected_length", "rejected_nonfinite",
+                "ground_messages"):
         if key in bridge:
             extra[f"bridge_{key}"] = int(float(bridge[key]))
     for key, value in ctrl.items():  # inputs the controller refused (/diagnostics dropped.<input>.<reason>)
         if key.startswith("dropped.") or key in ("watchdog_trips", "rejected_parameters", "input_gaps",
-                                                 "predicted_ticks", "prediction_expired"):
+                                                 "predicted_ticks", "prediction_expired", "ground_updates"):
             extra[f"controller_{key}"] = int(float(value))
     if relay_cmd:
         extra["relay"] = {k: int(float(v)) for k, v in diag.get(RELAY, {}).items()}

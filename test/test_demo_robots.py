@@ -163,8 +163,10 @@ def test_g1_balances_through_ros(tmp_path, formulation):
 @pytest.mark.parametrize("formulation", ["qp_coulomb", "wbc_qp"])
 def test_the_demo_trots_over_the_height_map_through_ros(tmp_path, formulation):
     """``idyn-control demo --terrain heightmap``: the bridge builds seed 000's height map
-    (bumps up to 3 cm, per-patch μ 0.1–1.5) and the controller, told nothing of the ground's
-    normals or μ, trots the quadruped over it through DDS."""
+    (bumps up to 3 cm, per-patch μ 0.1–1.5) and tells the controller the normal and μ under
+    each foot on ~/contact_ground, as a terrain map would; the controller trots the
+    quadruped over it through DDS. (Blind, on its one μ 0.7, the trot fell on 3 of 40 start
+    phases of this map in lock-step, on the μ 0.23 patch at x ≈ 0.3 m: README.)"""
     pytest.importorskip("mcap")
     out = tmp_path / "demo"
     proc = _cli_demo(out, "--formulation", formulation, "--terrain", "heightmap", "--terrain-seed", "2",
@@ -174,7 +176,9 @@ def test_the_demo_trots_over_the_height_map_through_ros(tmp_path, formulation):
     m = json.loads((out / "report.json").read_text())["metrics"]
     assert not m["fell"] and "failure" not in m and m["fallback_ticks"] == 0
     assert m["speed_along_command_m_s"] == pytest.approx(0.2, rel=0.15)
-    assert m["compiled_tick_fraction"] >= 0.99, m["compiled_tick_fraction"]
+    # the ground changed under the feet tens of times, each change one Python tick
+    assert m["bridge_ground_messages"] > 20 and m["controller_ground_updates"] > 20, m
+    assert m["compiled_tick_fraction"] >= 0.97, m["compiled_tick_fraction"]
 
 
 def test_demo_terrain_options_are_checked():

@@ -148,6 +148,21 @@ def test_controller_gets_the_local_surface_under_a_foot():
     assert checked >= 2
 
 
+def test_a_blind_controller_is_told_nothing_of_the_height_map():
+    """``terrain_known=False`` (what the ROS demo's ``--blind`` runs): no surface reaches the
+    controller, which keeps its one μ and vertical normals, the gait plans on flat ground,
+    the tick runs compiled; the fall is still judged on the true ground."""
+    runner = LockstepRunner(Scenario(formulation=TROT_FORMULATION, duration=2.0, terrain="heightmap",
+                                     terrain_seed=1, friction=0.4, terrain_known=False, compiled=True))
+    run = runner.run()
+    m = run.metrics
+    assert m["surface_updates"] == 0 and m["compiled_tick_fraction"] > 0.99
+    cs = runner.controller.formulation.contacts
+    assert np.all(cs.mu == 0.4) and np.all(cs.basis[:, 2] == [0.0, 0.0, 1.0])
+    assert runner.gait.terrain_height is None
+    assert not m["fell"] and run.trace.q[-1, 0] > 0.15  # walked onto the bumps (they start at 0.22 m)
+
+
 # ---------------------------------------------------------------------------- runner
 def test_cells_and_paper_tables_cover_the_grid():
     full = cells()

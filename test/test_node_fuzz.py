@@ -48,9 +48,10 @@ class Fuzzer:
         self.pub_traj = node.create_publisher(JointTrajectory, f"/{name}/joint_reference", 10)
         self.pub_pose = node.create_publisher(PoseStamped, f"/{name}/base_reference", 10)
         self.pub_twist = node.create_publisher(TwistStamped, f"/{name}/base_twist_reference", 10)
+        self.pub_ground = node.create_publisher(Float64MultiArray, f"/{name}/contact_ground", 10)
         self.params = node.create_client(SetParameters, f"/{name}/set_parameters")
         self.sent = 0
-        self.kinds = ("joint_states", "odom", "contacts", "trajectory", "base_reference", "parameters")
+        self.kinds = ("joint_states", "odom", "contacts", "trajectory", "base_reference", "ground", "parameters")
 
     def _bad(self) -> float:
         return self.rng.choice(BAD)
@@ -98,6 +99,22 @@ class Fuzzer:
         n = len(self.h.contact_values)
         data = [1.0] * r.choice((0, n - 1, n + 1)) if r.random() < 0.5 else [1.0] * (n - 1) + [self._bad()]
         self.pub_contacts.publish(Float64MultiArray(data=data))
+
+    def ground(self) -> None:
+        """~/contact_ground rows (nx, ny, nz, μ): a wrong size, a bad entry, a zero normal, μ out of range."""
+        r = self.rng
+        n = len(self.h.contact_values)
+        rows = [[0.0, 0.0, 1.0, 0.7] for _ in range(n)]
+        case = r.randrange(4)
+        if case == 0:
+            rows = rows[:r.choice((0, n - 1))] + ([[0.0, 0.0, 1.0]] if r.random() < 0.5 else [])
+        elif case == 1:
+            rows[r.randrange(n)][r.randrange(4)] = self._bad()
+        elif case == 2:
+            rows[r.randrange(n)][:3] = [0.0, 0.0, 0.0]
+        else:
+            rows[r.randrange(n)][3] = r.choice((0.0, -1.0, 1e-9, 1e6))
+        self.pub_ground.publish(Float64MultiArray(data=[x for row in rows for x in row]))
 
     def trajectory(self) -> None:
         h, r = self.h, self.rng
@@ -190,9 +207,12 @@ def test_fuzzed_inputs_and_parameters_never_kill_or_mislead_the_node():
             f"{stop_node(proc)[-3000:]}"
         h.spin_for(0.3)  # /diagnostics at 10 Hz
         assert h.diag("callback_exceptions") == 0, h.diagnostics
+        assert h.diag("ground_updates") == 0  # no bad row reached a friction pyramid
         for key in ("dropped.joint_states.nonfinite", "dropped.joint_states.implausible",
                     "dropped.odom.nonfinite", "dropped.contact_states.wrong_size", "rejected_parameters",
-                    "dropped.base_reference.implausible", "dropped.joint_reference.nonfinite"):
+                    "dropped.base_reference.implausible", "dropped.joint_reference.nonfinite",
+                    "dropped.contact_ground.wrong_size", "dropped.contact_ground.nonfinite",
+                    "dropped.contact_ground.implausible"):
             assert h.diag(key) >= 1, (key, h.diagnostics)
     finally:
         h.close()
@@ -345,6 +365,7 @@ def test_fuzzed_wrenches_and_cmd_vel_are_dropped_counted_and_never_reach_the_mot
         assert not late, f"not back to the standing command {RECOVERY_S} s after episodes {late}"
         h.spin_for(0.3)  # /diagnostics at 10 Hz
         assert h.diag("callback_exceptions") == 0, h.diagnostics
+        assert h.diag("ground_updates") == 0  # no bad row reached a friction pyramid
         for key in drops:
             assert h.diag(key) >= 1, (key, h.diagnostics)
     finally:

@@ -1173,3 +1173,124 @@ def test_measured_wrenches_reach_the_sensed_formulation_and_bad_ones_are_counted
         feeder.destroy_node()
         node.destroy_node()
         rclpy.shutdown(context=context)
+
+
+def _foot_y(model, robot, frame) -> float:
+    """y of ``frame`` [m, world] with ``robot`` standing."""
+    import pinocchio as pin
+
+    pm = model.pin_model
+    data = pm.createData()
+    pin.framesForwardKinematics(pm, data, robots.standing_configuration(model, robot))
+    return float(data.oMf[pm.getFrameId(frame)].translation[1])
+
+
+@pytest.mark.parametrize("loop_mode", LOOP_MODES)
+@pytest.mark.parametrize("robot", ["quadruped", "go2"])
+def test_the_ground_under_each_contact_reaches_the_friction_pyramids_over_dds(loop_mode, robot):
+    """~/contact_ground (rows nx, ny, nz, μ per contact, as a terrain map publishes them):
+    qp_coulomb standing takes each row as that contact's normal and μ. In a V-shaped groove
+    steeper than the smallest μ (0.3 rad, μ 0.25) vertical forces would slip: the forces
+    lean into the groove, inside the new pyramids (minus friction_margin), and still carry
+    the weight; a
+    repeated message rebuilds nothing; a wrong size, a NaN, a zero normal or μ ≤ 0 is
+    dropped, counted, and the ground in use kept. In loop_mode native the update runs on one
+    Python tick and the compiled ticks that follow solve with the new pyramids."""
+    if loop_mode == "native":
+        try:
+            from idyn_control.native import rt
+
+            rt.load_rt()
+        except Exception as exc:  # noqa: BLE001
+            pytest.skip(f"compiled loop not built: {exc}")
+    node, context = _in_process_node({
+        "robot": robot, "formulation": "qp_coulomb", "autostart": False, "loop_mode": loop_mode,
+        "loop_priority": 0, "middleware_priority": 0, "lock_memory": False, "loop_cpu": -2,
+        "diagnostics_rate_hz": 0.0, "monitor_rate_hz": 0.0, "watchdog_timeout": 1.0,
+        "controller.torque_rate_limit": 0.0, "command_topic": "/idyn_inproc/commands"})
+    feeder = rclpy.create_node("idyn_test_ground_feeder", context=context)
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturnSuccess()
+        assert "/idyn_inproc/contact_ground" in {s.topic_name for s in node.subscriptions}
+        assert node.trigger_activate() == TransitionCallbackReturnSuccess()
+        from rclpy.executors import SingleThreadedExecutor
+
+        executor = SingleThreadedExecutor(context=context)
+        executor.add_node(node)
+        executor.add_node(feeder)
+        qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
+        pub_js = feeder.create_publisher(JointState, "/joint_states", qos)
+        pub_odom = feeder.create_publisher(Odometry, "/odom", qos)
+        pub_ground = feeder.create_publisher(Float64MultiArray, "/idyn_inproc/contact_ground", qos)
+        m = node.model
+        k = len(m.contact_frames)
+        js, odom = _standing_state_messages(m, robots.standing_configuration(m, robot))
+        weight = 9.81 * sum(i.mass for i in m.pin_model.inertias)
+
+        def feed(seconds):
+            """State at ~1 kHz, then until a tick saw it; the last tick's forces (world)."""
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                pub_odom.publish(odom)
+                js.header.stamp.sec, js.header.stamp.nanosec = divmod(time.time_ns(), 1_000_000_000)
+                pub_js.publish(js)
+                for _ in range(5):
+                    executor.spin_once(timeout_sec=0.001)
+            ticks = node._source_counts["formulation"]
+            for _ in range(50):
+                pub_js.publish(js)
+                executor.spin_once(timeout_sec=0.01)
+                if node._source_counts["formulation"] > ticks + 2:
+                    break
+            assert node._last_source == "formulation"
+            return node.ctrl.formulation.forces.copy()
+
+        def ground(rows):
+            pub_ground.publish(Float64MultiArray(data=[float(x) for x in np.ravel(rows)]))
+
+        cs = node.ctrl.formulation.contacts
+        forces = feed(0.4)
+        np.testing.assert_allclose(cs.mu, 0.7)  # contacts.friction until a message
+        # a groove along x: each side slopes up outwards by 0.3 rad, and each foot has a μ
+        # of its own
+        side = np.sign([_foot_y(m, robot, f) for f in m.contact_frames])
+        normals = np.array([[0.0, -s * math.sin(0.3), math.cos(0.3)] for s in side])
+        mus = np.array([0.3, 0.5, 0.25, 1.2])[:k]
+        rows = np.hstack([2.0 * normals, mus[:, None]])  # not unit: normalized by the node
+        ground(rows)
+        forces = feed(0.5)
+        np.testing.assert_allclose(cs.mu, mus)
+        np.testing.assert_allclose(cs.basis[:, 2], normals, atol=1e-12)
+        margin = node.ctrl.formulation.options["friction_margin"]
+        for i in range(k):
+            t1, t2, n = cs.basis[i]
+            fn = forces[i] @ n
+            assert fn > 0.05 * weight / k
+            for t in (t1, t2, (t1 + t2) / math.sqrt(2)):
+                assert abs(forces[i] @ t) <= (1.0 - margin) * mus[i] * fn + 1e-6, (i, forces[i])
+        np.testing.assert_allclose(forces.sum(axis=0), [0.0, 0.0, weight], atol=0.02 * weight)
+        assert all(np.sign(forces[i, 1]) == -side[i] for i in range(k))  # pushed by the groove's sides
+        updates = node.diagnostics_values()["ground_updates"]
+        assert updates == k
+        ground(rows)  # the same ground again: nothing to rebuild
+        feed(0.2)
+        assert node.diagnostics_values()["ground_updates"] == updates
+        bad_rows = {"wrong_size": rows[:-1], "nonfinite": np.where(np.arange(4) == 3, math.nan, rows),
+                    "implausible": np.vstack([[0.0, 0.0, 0.0, 0.5], rows[1:]])}
+        for reason, bad in bad_rows.items():
+            ground(bad)
+            feed(0.1)
+            assert node._drops[("contact_ground", reason)] == 1, reason
+        ground(np.vstack([[0.0, 0.0, 1.0, -0.2], rows[1:]]))  # μ ≤ 0
+        feed(0.1)
+        assert node._drops[("contact_ground", "implausible")] == 2
+        np.testing.assert_allclose(cs.mu, mus)
+        np.testing.assert_allclose(cs.basis[:, 2], normals, atol=1e-12)
+        assert node.diagnostics_values()["ground_updates"] == updates
+        if loop_mode == "native" and node.ctrl.formulation.backend == "native":
+            values = node.diagnostics_values()
+            assert values["native_loop.compiled_ticks"] > 5 * values["native_loop.python_ticks"], values
+    finally:
+        feeder.destroy_node()
+        node.destroy_node()
+        rclpy.shutdown(context=context)

@@ -315,3 +315,45 @@ def test_demo_runs_end_to_end_through_ros(tmp_path):
     offered = yaml.safe_load(joint_states.metadata["offered_qos_profiles"])  # the bridge's STATE_QOS
     # discovery carries reliability and durability, not history/depth (rosbag2 also writes "unknown")
     assert len(offered) == 1 and offered[0]["reliability"] == "reliable" and offered[0]["durability"] == "volatile"
+
+
+@pytest.mark.parametrize("publish_ground", [True, False])
+def test_bridge_tells_the_ground_under_each_foot_on_a_height_map(listener, tmp_path, publish_ground):
+    """``terrain:=heightmap``: /idyn_sim/contact_ground carries one row (nx, ny, nz, μ) per
+    foot, the map's normal and μ where the foot stands (the controller's
+    ``contacts.ground_topic``), repeated while nothing changes so a late subscriber gets it;
+    ``publish_ground:=false`` sends nothing."""
+    import pinocchio as pin
+
+    from idyn_control.sim.terrain import make_terrain
+
+    rows: list[np.ndarray] = []
+    listener.node.create_subscription(Float64MultiArray, "/idyn_sim/contact_ground",
+                                      lambda msg: rows.append(np.array(msg.data)), QOS)
+    bridge = start("idyn_control.ros.sim_bridge_node",
+                   *bridge_args("quadruped", terrain="heightmap", terrain_seed=2, paused=True,
+                                publish_ground=publish_ground), log=tmp_path / "bridge.log")
+    try:
+        assert listener.spin_until(lambda: len(listener.odom) >= 3, timeout=60.0)
+        got = listener.spin_until(lambda: len(rows) >= 2, timeout=3.0)  # repeated every 0.5 s
+        assert bridge.poll() is None
+    finally:
+        stop(bridge)
+    if not publish_ground:
+        assert not got and not rows
+        return
+    assert got
+    model = robots.load("quadruped")
+    q = robots.standing_configuration(model, "quadruped")
+    data = model.pin_model.createData()
+    pin.framesForwardKinematics(model.pin_model, data, q)
+    terrain = make_terrain("heightmap", 2)
+    table = rows[-1].reshape(-1, 4)
+    assert table.shape == (len(model.contact_frames), 4)
+    mus = set()
+    for i, frame in enumerate(model.contact_frames):
+        x, y = data.oMf[model.pin_model.getFrameId(frame)].translation[:2]
+        normal, mu = terrain.surface_at(x, y)
+        assert table[i, 3] == mu and np.allclose(table[i, :3], normal)
+        mus.add(mu)
+    assert len(mus) > 1  # the feet stand on patches of different μ

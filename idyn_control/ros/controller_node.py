@@ -61,6 +61,17 @@ reliable publishers; references reliable, depth 1):
   dropped and counted. Once one has arrived, every contact's must stay fresher than
   ``watchdog_timeout`` (a stale measurement trips the watchdog like a stale state).
 
+- ``contacts.ground_topic`` (default ``~/contact_ground``) std_msgs/Float64MultiArray: the
+  ground under each contact, one row (nx, ny, nz, μ) per contact in the order of
+  ``~/contact_states`` (world-frame normal, normalized here; Coulomb μ in [0.001, 1000]), from
+  a terrain map or perception (seed 000 §7.4–7.5: the controller knows the normal and μ at
+  each point of contact). A row that differs from the one in use rebuilds that contact's
+  friction pyramid (``Controller.set_contact_surface``) at the next tick, which runs in
+  Python in ``loop_mode native`` (the compiled ticks resume after it); it holds until the next
+  message. A wrong size, a NaN/inf, a zero normal or another μ is dropped and counted
+  (``dropped.contact_ground.*``); ``ground_updates`` in /diagnostics counts the rows applied.
+  Before any message every contact has ``contacts.normal`` and ``contacts.friction``.
+
 Outputs: ``command_topic`` std_msgs/Float64MultiArray (reliable, ``command_joints``
 order), ``~/state`` sensor_msgs/JointState (measured position/velocity, commanded
 effort, ``joints`` order, stamped with the input's stamp), ``~/contact_wrench/<frame>``
@@ -110,7 +121,7 @@ COMMAND_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=R
 MONITOR_QOS = QoSProfile(depth=5, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE)
 
 INPUTS = ("joint_states", "odom", "contact_states", "joint_reference", "base_reference", "desired_wrench",
-          "measured_wrench")
+          "measured_wrench", "contact_ground")
 DROP_REASONS = {
     "joint_states": ("missing_joint", "unknown_joint", "wrong_size", "nonfinite", "implausible", "out_of_order",
                      "malformed"),
@@ -120,6 +131,7 @@ DROP_REASONS = {
     "base_reference": ("nonfinite", "implausible", "bad_quaternion"),
     "desired_wrench": ("nonfinite", "implausible", "wrong_frame", "torque", "too_large"),
     "measured_wrench": ("nonfinite", "implausible", "wrong_frame"),
+    "contact_ground": ("wrong_size", "nonfinite", "implausible"),
     "cmd_vel": ("nonfinite", "implausible"),  # idyn_gait_controller
 }
 STATUSES = ("solved", "max_iter", "infeasible", "failed", "exception")
@@ -323,6 +335,11 @@ class ControllerNode(InputsMixin, MonitoringMixin, NativeLoopMixin, LoopMixin, L
         self._meas_world = np.zeros((k, 3))
         self._measured_any = False
         self._meas_stale_ticks = 0
+        # the ground under each contact (nx, ny, nz, μ): received and not yet applied, in use
+        self._ground_in = np.zeros((k, 4))
+        self._ground_pending = False
+        self._ground_now = np.zeros((k, 4))
+        self._ground_updates = 0
         self._pending_fields: dict[str, Any] = {}
         self._pending_formulation = None
         self._retired_formulation = None  # replaced by the tick, released by the executor (node_loop)
@@ -437,6 +454,9 @@ class ControllerNode(InputsMixin, MonitoringMixin, NativeLoopMixin, LoopMixin, L
                 self._add(self.create_subscription(
                     WrenchStamped, pattern.format(frame=frame),
                     self._desired_wrench_callback(i, frame, world), REFERENCE_QOS))
+        if k:
+            self._add(self.create_subscription(Float64MultiArray, settings["contacts.ground_topic"],
+                                               self._on_contact_ground, REFERENCE_QOS))
         if hasattr(ctrl.formulation, "set_measured_forces"):
             pattern, world = settings["contacts.measured_wrench_topic"], settings["contacts.world_frame"]
             for i, frame in enumerate(model.contact_frames):

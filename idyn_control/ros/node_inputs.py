@@ -28,6 +28,9 @@ BASE_REFERENCE_REACH = 1.0
 #: a contact force (measured or desired) above this is implausible [N]: finite but beyond any
 #: load cell or robot (the upper end of contacts.max_desired_force's range)
 CONTACT_FORCE_MAX = 1e6
+#: the μ a ~/contact_ground row may carry: contacts.friction's lower bound, and the value the
+#: project takes for "infinite" friction (no slip)
+GROUND_MU_MIN, GROUND_MU_MAX = 1e-3, 1e3
 
 
 class InputsMixin:
@@ -222,6 +225,34 @@ class InputsMixin:
                 if rt_loop is not None:
                     rt_loop.set_desired_force(index, self._force_ref_in[index], frame_id == frame, now)
         return callback
+
+    def _on_contact_ground(self, msg: Float64MultiArray) -> None:
+        """The ground under each contact: rows (nx, ny, nz, μ); rows that differ from the ones
+        in use are applied by the next tick (:meth:`_apply_pending`)."""
+        k = self._ground_in.shape[0]
+        data = as_array(msg.data)
+        if data.size != 4 * k:
+            self._drop("contact_ground", "wrong_size", lambda: f"{data.size} values, expected 4 × {k} contacts")
+            return
+        rows = data.reshape(k, 4)
+        if not np.isfinite(rows).all():
+            self._drop("contact_ground", "nonfinite", lambda: "NaN/inf normal or μ")
+            return
+        norms = np.sqrt(np.einsum("ij,ij->i", rows[:, :3], rows[:, :3]))
+        mu = rows[:, 3]
+        if not ((norms > 1e-6).all() and np.isfinite(norms).all() and (mu >= GROUND_MU_MIN).all()
+                and (mu <= GROUND_MU_MAX).all()):
+            self._drop("contact_ground", "implausible", lambda: (
+                f"a zero or overflowing normal, or μ outside [{GROUND_MU_MIN:g}, {GROUND_MU_MAX:g}]"))
+            return
+        with self._lock:
+            self._ground_in[:, :3] = rows[:, :3] / norms[:, None]
+            self._ground_in[:, 3] = rows[:, 3]
+            changed = bool((self._ground_in != self._ground_now).any())
+            self._ground_pending |= changed
+            self._t_in["contact_ground"] = time.monotonic()
+        if changed:
+            self._rt_interrupt()
 
     def _measured_wrench_callback(self, index: int, frame: str, world_frame: str):
         """Measured force of contact ``index`` [N]: finite, in its own frame or the world's."""

@@ -374,7 +374,7 @@ class LoopMixin:
         if mode == OFF:
             return
         ctrl, m, t_in = self.ctrl, self.model, self._t_in
-        if self._pending_fields or self._pending_formulation is not None:
+        if self._pending_fields or self._pending_formulation is not None or self._ground_pending:
             self._apply_pending()
         timeout = self._node_params["watchdog_timeout"]
         horizon = self._node_params["prediction_horizon"]
@@ -599,6 +599,19 @@ class LoopMixin:
                 self._retired_formulation = self.ctrl.formulation
             self.ctrl.formulation = formulation
             self.ctrl.config.formulation_options = options
+            with self._lock:  # the new formulation starts on contacts.normal/friction
+                self._ground_pending = bool(self._ground_in[0, 3] > 0.0) if len(self._ground_in) else False
+        if self._ground_pending:
+            self._apply_ground()
+
+    def _apply_ground(self) -> None:
+        """The ground rows received since the last tick: each contact whose row changed gets
+        its pyramid rebuilt (Controller.set_contact_surface compares)."""
+        with self._lock:
+            self._ground_now[:] = self._ground_in
+            self._ground_pending = False
+        for i, (nx, ny, nz, mu) in enumerate(self._ground_now):
+            self._ground_updates += self.ctrl.set_contact_surface(i, (nx, ny, nz), float(mu))
 
     def _release_retired(self) -> None:
         """The executor's side of a formulation change: free the replaced one and give the

@@ -92,6 +92,7 @@ class MonitoringMixin:
             "prediction_expired": self._prediction_expired,
             "resumed_ticks": self._resumed_ticks,
             "saturated_joint_ticks": self._saturated_joints,
+            "ground_updates": self._ground_updates,
             "rejected_parameters": self.rejected_parameters,
             "callback_exceptions": self.callback_exceptions,
         }

@@ -90,6 +90,7 @@ class NativeLoopMixin:
                 and (self._trajectory is None or self._trajectory_compiles())
                 and self._base_ref is None and not self._force_refs_need_python()
                 and not self._measured_any and not self._pending_fields and self._pending_formulation is None
+                and not self._ground_pending
                 and self._last_source == "formulation")
         if fast:
             from ..native import rt

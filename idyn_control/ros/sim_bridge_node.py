@@ -23,8 +23,14 @@ period) and publishes what the controller node reads.
   last (sensor_msgs/JointState with the applied efforts), so a controller that ticks on
   joint states has the rest of the state already.
 - ``terrain`` ``heightmap`` (``terrain_seed``) replaces the plane with seed 000 §7.5's rigid
-  height map (:mod:`idyn_control.sim.terrain`); the controller is not told the local
-  normals and μ, as a robot on unknown ground.
+  height map (:mod:`idyn_control.sim.terrain`). With ``publish_ground`` the bridge tells
+  the controller the ground under its feet, as a terrain map would: ``~/contact_ground``
+  (std_msgs/Float64MultiArray, one row nx, ny, nz, μ per contact frame: the map's normal
+  and μ under each foot in contact, a foot in the air keeping its last row; reliable,
+  transient local, sent when a row changes and every 0.5 s of wall time, so a subscriber
+  that joins late gets it either way), the controller's ``contacts.ground_topic``.
+  Without it the controller walks blind, on its ``contacts.normal`` and
+  ``contacts.friction``.
 - ``push`` (start, duration, fraction of the weight) pushes the base sideways once, as
   :class:`~idyn_control.sim.faults.Faults` ``push`` does in the lock-step runner.
 - ``~/status`` diagnostic_msgs/DiagnosticArray at 1 Hz: steps, real-time factor, command
@@ -85,6 +91,9 @@ CONTACT_STATES_TYPE = Float64MultiArray
 COMMAND_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE)
 STATE_QOS = QoSProfile(depth=10, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
                        durability=DurabilityPolicy.VOLATILE)
+GROUND_REPEAT_S = 0.5  # ~/contact_ground again after this long unchanged [s, wall]
+GROUND_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
+                        durability=DurabilityPolicy.TRANSIENT_LOCAL)
 CLOCK_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT)
 LOG_THROTTLE_S = 2.0
 PAUSED_PUBLISH_S = 0.01  # paused: re-publish the state this often (wall) until commands come
@@ -111,6 +120,8 @@ PARAMETERS: tuple[BridgeParam, ...] = (
                 "2 m square of bumps up to 3 cm with per-patch μ ~ U(0.1, 1.5), flat around the origin, "
                 "flat ground with μ 0.8 around it"),
     BridgeParam("terrain_seed", 0, "seed of the height map", (0, 2**31 - 1)),
+    BridgeParam("publish_ground", True, "with a height map: publish ~/contact_ground, the normal and μ under "
+                "each foot in contact (rows nx, ny, nz, μ; sent when one changes)"),
     BridgeParam("real_time", True, "pace the physics to the wall clock; false = as fast as possible"),
     BridgeParam("lockstep", True, "not real time: after each state wait for the command that answers it"),
     BridgeParam("lockstep_timeout", 2.0, "lock-step: longest wait for a command before stepping anyway "
@@ -169,6 +180,7 @@ class SimBridgeNode(Node):
         self.command_timeout = float(get("command_timeout"))
         self.contact_threshold = float(get("contact_threshold"))
         self.publish_wrenches = bool(get("publish_wrenches"))
+        self.publish_ground = bool(get("publish_ground"))
         friction = float(get("friction"))
         friction = math.inf if friction >= 1e3 else friction
 
@@ -251,6 +263,13 @@ class SimBridgeNode(Node):
                              if self.k else None)
         self.pub_wrench = [self.create_publisher(WrenchStamped, f"~/contact_wrench/{f}", STATE_QOS)
                            for f in m.contact_frames]
+        self.pub_ground = None
+        if self.k and self.sim.terrain is not None and self.publish_ground:
+            self.pub_ground = self.create_publisher(Float64MultiArray, "~/contact_ground", GROUND_QOS)
+            self._ground = np.zeros((self.k, 4))
+            self._ground_msg = Float64MultiArray()
+            self._ground_sent = -math.inf  # when it was last sent [s, monotonic]
+            self.counters["ground_messages"] = 0
         self.pub_clock = self.create_publisher(Clock, "/clock", CLOCK_QOS)
         self.pub_status = self.create_publisher(DiagnosticArray, "~/status", STATE_QOS)
         # the commands are taken by the physics thread itself (not the executor): in lock-step
@@ -472,6 +491,8 @@ class SimBridgeNode(Node):
             if self._spawn_contacts is not None and self.counters["steps"] == 0:
                 self._contacts.views["data"][self._spawn_contacts] = 1.0
             self.pub_contacts.publish(self._contacts.cdr())
+            if self.pub_ground is not None:
+                self._publish_ground(self._contacts.views["data"])
             if self.publish_wrenches:
                 for i, (msg, pub) in enumerate(zip(self._wrenches, self.pub_wrench)):
                     msg.set_stamp(sec, nanosec)
@@ -483,6 +504,26 @@ class SimBridgeNode(Node):
         js.views["velocity"][:] = v[m.n_base:]
         js.views["effort"][:] = np.clip(self._tau_applied, -m.tau_max, m.tau_max)  # what the motors applied
         self.pub_js.publish(js.cdr())
+
+    def _publish_ground(self, in_contact: np.ndarray) -> None:
+        """~/contact_ground when a foot in contact (or any foot, before the first message)
+        stands on a new normal or μ: the map's ground truth under each foot's sphere centre."""
+        terrain, xpos = self.sim.terrain, self.sim.data.site_xpos
+        first = self.counters["ground_messages"] == 0
+        now = time.monotonic()
+        changed = now - self._ground_sent >= GROUND_REPEAT_S
+        for i, c in enumerate(self.sim.contacts):
+            if first or in_contact[i]:
+                normal, mu = terrain.surface_at(xpos[c.site_id, 0], xpos[c.site_id, 1])
+                row = self._ground[i]
+                if mu != row[3] or (normal != row[:3]).any():
+                    row[:3], row[3] = normal, mu
+                    changed = True
+        if changed:
+            self._ground_msg.data = self._ground.ravel().tolist()
+            self.pub_ground.publish(self._ground_msg)
+            self.counters["ground_messages"] += 1
+            self._ground_sent = now
 
     def _publish_status(self, now: float) -> None:
         wall = now - self._wall_start

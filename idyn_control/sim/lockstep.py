@@ -121,6 +121,10 @@ class Scenario:
         terrain: "plane" (``friction``, ``compliant``) or "heightmap" (seed 000 §7.5: rigid
             bumps ≤ 3 cm, per-patch μ ~ U(0.1, 1.5), drawn from ``terrain_seed``); the
             controller is told the local normal and μ under each foot in contact.
+        terrain_known: the controller and the gait are told the height map (the paper's
+            setting, §7.4); False: they walk blind, as a node that gets no
+            ``~/contact_ground``: flat ground at z = 0 and ``friction`` assumed (the fall
+            is still judged against the true ground).
         faults: a :class:`~idyn_control.sim.faults.Faults` (or its fields as a dict): lost,
             delayed or wrong inputs, an input gap, a model mass error, a push.
         compiled: run each tick compiled when it can (:class:`idyn_control.native.tick.Tick`
@@ -151,6 +155,7 @@ class Scenario:
     balance: dict[str, Any] = field(default_factory=dict)
     terrain: str = "plane"
     terrain_seed: int = 0
+    terrain_known: bool = True
     faults: Any = None
     compiled: bool = False
 
@@ -221,7 +226,7 @@ class LockstepRunner:
             self.q_standing = robots.standing_configuration(self.robot, spec, foot_height=radius)
             self.gait = Gait(self.controller, self.q_standing, GaitConfig(**{**spec.gait, **s.gait_config}))
             self.q_start = crouched_configuration(self.robot, self.q_standing, s.crouch)
-            if self.terrain is not None:
+            if self.terrain is not None and s.terrain_known:
                 self.gait.set_terrain(self.terrain.height)
         else:
             self.gait = None
@@ -424,7 +429,7 @@ class LockstepRunner:
         tick cannot run compiled here."""
         from ..native import NativeUnavailable
 
-        if self.gait is None or self.terrain is not None:
+        if self.gait is None or self._told_terrain:
             return None, self.gait
         try:
             from ..native.gait import CompiledGait
@@ -450,7 +455,7 @@ class LockstepRunner:
             task.drive(t, q, gait, active=trotting)
         if update:
             gait.update(t, q, v, mask)
-        if self.terrain is not None:
+        if self._told_terrain:
             self._feed_surfaces(mask)
         return trotting
 
@@ -473,10 +478,17 @@ class LockstepRunner:
                 x, y = xpos[c.site_id, 0], xpos[c.site_id, 1]
                 self.surface_updates += self.controller.set_contact_surface(i, *self.terrain.surface_at(x, y))
 
+    @property
+    def _told_terrain(self) -> bool:
+        return self.terrain is not None and self.scenario.terrain_known
+
     def _fallen(self, q: np.ndarray) -> bool:
         # heights relative to the ground under the base: a bump is not a fall
         clearance = self.q_standing[2] - self.gait.ground_height
-        if q[2] - self.gait.ground_at(q[0], q[1]) < FALL_HEIGHT_FRACTION * clearance:
+        ground = self.gait.ground_at(q[0], q[1])
+        if self.terrain is not None and not self.scenario.terrain_known:  # the gait thinks it flat
+            ground += float(self.terrain.height(q[0], q[1]))
+        if q[2] - ground < FALL_HEIGHT_FRACTION * clearance:
             return True
         R = pin.Quaternion(q[6], q[3], q[4], q[5]).toRotationMatrix()
         return bool(R[2, 2] < math.cos(FALL_TILT_RAD))
