@@ -176,9 +176,10 @@ def test_the_demo_trots_over_the_height_map_through_ros(tmp_path, formulation):
     m = json.loads((out / "report.json").read_text())["metrics"]
     assert not m["fell"] and "failure" not in m and m["fallback_ticks"] == 0
     assert m["speed_along_command_m_s"] == pytest.approx(0.2, rel=0.15)
-    # the ground changed under the feet tens of times, each change one Python tick
+    # the ground changed under the feet about a hundred times, each change one Python tick
+    # (1–2.5 % of the ticks in 10 loaded runs)
     assert m["bridge_ground_messages"] > 20 and m["controller_ground_updates"] > 20, m
-    assert m["compiled_tick_fraction"] >= 0.97, m["compiled_tick_fraction"]
+    assert m["compiled_tick_fraction"] >= 0.95, m["compiled_tick_fraction"]
 
 
 def test_demo_terrain_options_are_checked():
