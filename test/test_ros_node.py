@@ -1290,6 +1290,17 @@ def test_the_ground_under_each_contact_reaches_the_friction_pyramids_over_dds(lo
         if loop_mode == "native" and node.ctrl.formulation.backend == "native":
             values = node.diagnostics_values()
             assert values["native_loop.compiled_ticks"] > 5 * values["native_loop.python_ticks"], values
+        # a formulation rebuilt at run time (an option changed) starts on the ground in use,
+        # not on contacts.friction and contacts.normal
+        from rclpy.parameter import Parameter
+
+        before = node.ctrl.formulation
+        assert node.set_parameters([Parameter("formulation_options.friction_margin", value=0.1)])[0].successful
+        feed(0.3)
+        cs = node.ctrl.formulation.contacts
+        assert node.ctrl.formulation is not before and node.ctrl.formulation.options["friction_margin"] == 0.1
+        np.testing.assert_allclose(cs.mu, mus)
+        np.testing.assert_allclose(cs.basis[:, 2], normals, atol=1e-12)
     finally:
         feeder.destroy_node()
         node.destroy_node()
