@@ -153,7 +153,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "perception): one row nx, ny, nz, μ per contact in the order of ~/contact_states (world-frame "
               "normal, Coulomb μ in [0.001, 1000]); a row changes that contact's friction pyramid from "
               "the next tick until the next message (seed 000 §7.4–7.5); before any message, "
-              "contacts.normal and contacts.friction", read_only=True),
+              "contacts.normal and contacts.friction; empty = no subscription", read_only=True),
     ParamSpec("contacts.world_frame", "odom", STRING,
               "header.frame_id of measured and desired wrenches given in the world frame (the "
               "simulator's or state estimator's odom frame)", read_only=True),

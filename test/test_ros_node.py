@@ -1305,3 +1305,19 @@ def test_the_ground_under_each_contact_reaches_the_friction_pyramids_over_dds(lo
         feeder.destroy_node()
         node.destroy_node()
         rclpy.shutdown(context=context)
+
+
+def test_an_empty_ground_topic_subscribes_nothing():
+    """``contacts.ground_topic: ''``: no ground subscription, the node configures and keeps
+    contacts.friction."""
+    node, context = _in_process_node({
+        "robot": "solo12", "autostart": False, "loop_mode": "triggered", "loop_priority": 0,
+        "middleware_priority": 0, "lock_memory": False, "loop_cpu": -2, "contacts.ground_topic": "",
+        "contacts.friction": 0.4, "command_topic": "/idyn_inproc/commands"})
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturnSuccess()
+        assert not any("ground" in s.topic_name for s in node.subscriptions)
+        np.testing.assert_allclose(node.ctrl.formulation.contacts.mu, 0.4)
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)

@@ -454,7 +454,7 @@ class ControllerNode(InputsMixin, MonitoringMixin, NativeLoopMixin, LoopMixin, L
                 self._add(self.create_subscription(
                     WrenchStamped, pattern.format(frame=frame),
                     self._desired_wrench_callback(i, frame, world), REFERENCE_QOS))
-        if k:
+        if k and settings["contacts.ground_topic"]:  # empty: none
             self._add(self.create_subscription(Float64MultiArray, settings["contacts.ground_topic"],
                                                self._on_contact_ground, REFERENCE_QOS))
         if hasattr(ctrl.formulation, "set_measured_forces"):
