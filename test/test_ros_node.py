@@ -810,6 +810,27 @@ def _standing_state_messages(model, q):
     return js, odom
 
 
+def _feed_standing(node, executor, pub_js, pub_odom, js, odom, seconds: float, extra=None) -> None:
+    """The standing state (``js``, ``odom``) at ~1 kHz for ``seconds`` (``extra()`` published
+    before each), then until a tick of ``node`` saw the last of it; that tick solved."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if extra is not None:
+            extra()
+        pub_odom.publish(odom)
+        js.header.stamp.sec, js.header.stamp.nanosec = divmod(time.time_ns(), 1_000_000_000)
+        pub_js.publish(js)
+        for _ in range(5):
+            executor.spin_once(timeout_sec=0.001)
+    ticks = node._source_counts["formulation"]
+    for _ in range(50):  # until a tick saw everything published above
+        pub_js.publish(js)
+        executor.spin_once(timeout_sec=0.01)
+        if node._source_counts["formulation"] > ticks + 2:
+            break
+    assert node._last_source == "formulation"
+
+
 def _lf_leg_jacobian(model, q, frame):
     """World-aligned translational Jacobian of ``frame`` at ``q`` (Pinocchio, independent of
     the controller), restricted to the actuated joints."""
@@ -892,22 +913,8 @@ def test_desired_wrenches_reach_pidc_qp_over_dds_and_bad_ones_are_dropped(loop_m
 
         def feed(seconds, msg=None):
             """State at ~1 kHz (and ``msg`` with each), then the ticks of the last state."""
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:
-                if msg is not None:
-                    pub_w.publish(msg)
-                pub_odom.publish(odom)
-                js.header.stamp.sec, js.header.stamp.nanosec = divmod(time.time_ns(), 1_000_000_000)
-                pub_js.publish(js)
-                for _ in range(5):
-                    executor.spin_once(timeout_sec=0.001)
-            ticks = node._source_counts["formulation"]
-            for _ in range(50):  # until a tick saw everything published above
-                pub_js.publish(js)
-                executor.spin_once(timeout_sec=0.01)
-                if node._source_counts["formulation"] > ticks + 2:
-                    break
-            assert node._last_source == "formulation"
+            _feed_standing(node, executor, pub_js, pub_odom, js, odom, seconds,
+                           None if msg is None else lambda: pub_w.publish(msg))
             # the last tick's command and forces, whichever ran it (Python, or the compiled loop)
             return node._tau.copy(), dict(zip(m.contact_frames, f.forces.copy()))
 
@@ -1192,10 +1199,10 @@ def test_the_ground_under_each_contact_reaches_the_friction_pyramids_over_dds(lo
     qp_coulomb standing takes each row as that contact's normal and μ. In a V-shaped groove
     steeper than the smallest μ (0.3 rad, μ 0.25) vertical forces would slip: the forces
     lean into the groove, inside the new pyramids (minus friction_margin), and still carry
-    the weight; a
-    repeated message rebuilds nothing; a wrong size, a NaN, a zero normal or μ ≤ 0 is
-    dropped, counted, and the ground in use kept. In loop_mode native the update runs on one
-    Python tick and the compiled ticks that follow solve with the new pyramids."""
+    the weight; a repeated message rebuilds nothing; a wrong size, a NaN, a zero normal or
+    μ ≤ 0 is dropped, counted, and the ground in use kept; a formulation rebuilt at run time
+    keeps the ground. In loop_mode native the update runs on one Python tick and the compiled
+    ticks that follow solve with the new pyramids."""
     if loop_mode == "native":
         try:
             from idyn_control.native import rt
@@ -1229,20 +1236,7 @@ def test_the_ground_under_each_contact_reaches_the_friction_pyramids_over_dds(lo
 
         def feed(seconds):
             """State at ~1 kHz, then until a tick saw it; the last tick's forces (world)."""
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:
-                pub_odom.publish(odom)
-                js.header.stamp.sec, js.header.stamp.nanosec = divmod(time.time_ns(), 1_000_000_000)
-                pub_js.publish(js)
-                for _ in range(5):
-                    executor.spin_once(timeout_sec=0.001)
-            ticks = node._source_counts["formulation"]
-            for _ in range(50):
-                pub_js.publish(js)
-                executor.spin_once(timeout_sec=0.01)
-                if node._source_counts["formulation"] > ticks + 2:
-                    break
-            assert node._last_source == "formulation"
+            _feed_standing(node, executor, pub_js, pub_odom, js, odom, seconds)
             return node.ctrl.formulation.forces.copy()
 
         def ground(rows):

@@ -600,7 +600,7 @@ class LoopMixin:
             self.ctrl.formulation = formulation
             self.ctrl.config.formulation_options = options
             with self._lock:  # the new formulation starts on contacts.normal/friction
-                self._ground_pending = bool(self._ground_in[0, 3] > 0.0) if len(self._ground_in) else False
+                self._ground_pending = bool((self._ground_in[:, 3] > 0.0).any())  # μ 0: no row yet
         if self._ground_pending:
             self._apply_ground()
 

@@ -121,7 +121,7 @@ PARAMETERS: tuple[BridgeParam, ...] = (
                 "flat ground with μ 0.8 around it"),
     BridgeParam("terrain_seed", 0, "seed of the height map", (0, 2**31 - 1)),
     BridgeParam("publish_ground", True, "with a height map: publish ~/contact_ground, the normal and μ under "
-                "each foot in contact (rows nx, ny, nz, μ; sent when one changes)"),
+                "each foot in contact (rows nx, ny, nz, μ; sent when one changes and every 0.5 s)"),
     BridgeParam("real_time", True, "pace the physics to the wall clock; false = as fast as possible"),
     BridgeParam("lockstep", True, "not real time: after each state wait for the command that answers it"),
     BridgeParam("lockstep_timeout", 2.0, "lock-step: longest wait for a command before stepping anyway "
@@ -508,13 +508,12 @@ class SimBridgeNode(Node):
     def _publish_ground(self, in_contact: np.ndarray) -> None:
         """~/contact_ground when a foot in contact (or any foot, before the first message)
         stands on a new normal or μ: the map's ground truth under each foot's sphere centre."""
-        terrain, xpos = self.sim.terrain, self.sim.data.site_xpos
         first = self.counters["ground_messages"] == 0
         now = time.monotonic()
         changed = now - self._ground_sent >= GROUND_REPEAT_S
-        for i, c in enumerate(self.sim.contacts):
+        for i in range(self.k):
             if first or in_contact[i]:
-                normal, mu = terrain.surface_at(xpos[c.site_id, 0], xpos[c.site_id, 1])
+                normal, mu = self.sim.ground_under(i)
                 row = self._ground[i]
                 if mu != row[3] or (normal != row[:3]).any():
                     row[:3], row[3] = normal, mu

@@ -472,11 +472,9 @@ class LockstepRunner:
     def _feed_surfaces(self, mask: np.ndarray) -> None:
         """Tell the controller the terrain's normal and μ under each foot in contact (ground
         truth at the foot sphere's centre, seed 000 §7.4); it rebuilds only what changed."""
-        xpos = self.sim.data.site_xpos
-        for i, c in enumerate(self.sim.contacts):
+        for i in range(len(self.sim.contacts)):
             if mask[i]:
-                x, y = xpos[c.site_id, 0], xpos[c.site_id, 1]
-                self.surface_updates += self.controller.set_contact_surface(i, *self.terrain.surface_at(x, y))
+                self.surface_updates += self.controller.set_contact_surface(i, *self.sim.ground_under(i))
 
     @property
     def _told_terrain(self) -> bool:

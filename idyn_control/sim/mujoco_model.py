@@ -259,6 +259,12 @@ class MujocoSim:
         """World position [m] of a contact frame (its site)."""
         return self.data.site_xpos[self._contact(frame).site_id].copy()
 
+    def ground_under(self, index: int) -> tuple[np.ndarray, float]:
+        """(unit normal, μ) of the height map under contact ``index``'s sphere centre: what a
+        controller is told about that contact (:meth:`HeightMap.surface_at`)."""
+        x, y = self.data.site_xpos[self.contacts[index].site_id, :2]
+        return self.terrain.surface_at(x, y)
+
     def frame_velocity(self, frame: str) -> np.ndarray:
         """Linear velocity [m/s] of a contact frame's origin, world frame."""
         res = np.zeros(6)  # MuJoCo order: [angular, linear]
