@@ -61,6 +61,7 @@ from pathlib import Path
 
 import numpy as np
 import rclpy
+from rclpy.clock import Clock, ClockType
 from rclpy.executors import ExternalShutdownException
 
 
@@ -135,9 +136,13 @@ class LoopMixin:
         else:
             self._set_priority()  # triggered: the executor thread runs the tick
         # ticks come from /joint_states; a timer covers a silent input, and during an input gap
-        # (prediction_horizon) a second one ticks at the loop's rate on the predicted state
+        # (prediction_horizon) a second one ticks at the loop's rate on the predicted state. That
+        # one runs on the monotonic clock: on the node's (under use_sim_time the simulator's) a
+        # tick that found the clock not yet moved on waited for the next period's /clock, which
+        # a lock-step simulator waiting for this very command never sent
         self._watchdog_timer = self.create_timer(WATCHDOG_TIMER_S, self._on_watchdog_timer)
-        self._predict_timer = self.create_timer(self.period_s, self._on_predict_timer)
+        self._predict_timer = self.create_timer(self.period_s, self._on_predict_timer,
+                                                clock=Clock(clock_type=ClockType.STEADY_TIME))
         self._predict_timer.cancel()
 
     def _native_loop_cpu(self) -> int | None:
