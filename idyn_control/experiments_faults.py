@@ -167,13 +167,16 @@ def format_markdown(report: dict[str, Any]) -> str:
                      "/joint_states) does not tick and the actuators keep its last command (the relay "
                      "sends it on so that the lock-step bridge steps). Once its input is 1.5 periods late "
                      "the controller ticks on its own on the state it predicts (prediction_horizon 0.25 s; "
-                     "predicted ticks and gaps in its /diagnostics), and the relay sends its latest command "
-                     "on. A gap is paced in wall time; the controller's watchdog is the demo's 2 s (wall-clock "
+                     "predicted ticks and gaps in its /diagnostics; its timers run on the simulated clock, so "
+                     "it notices within 5 simulated periods), and from then on the relay hands the simulator "
+                     "the controller's next command each period (\"followed\"), as a robot's drivers get "
+                     "them, instead of one it holds. The periods before are paced in wall time; the "
+                     "controller's watchdog is the demo's 2 s (wall-clock "
                      "stalls of the lock-step loop on a loaded machine are no gap). The mass error is in "
                      "the controller's URDF only, the "
                      "push is a force on the base in the bridge.")
         lines += ["| cell | fell | speed [m/s] | E\\|q − q_ref\\| [rad] | deadline misses | controller "
-                  "dropped inputs | watchdog trips | predicted ticks / gaps | relay held / delivered | "
+                  "dropped inputs | watchdog trips | predicted ticks / gaps | relay held (followed) / delivered | "
                   "unsafe / commands |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for c in report["cells"]:
@@ -184,7 +187,8 @@ def format_markdown(report: dict[str, Any]) -> str:
                          f"{_fmt(m['speed_along_command_m_s'], '.3f')} | {_fmt(m['joint_position_error_rad'], '.4f')} | "
                          f"{_fmt(m.get('deadline_misses'), 'd')} | {dropped} | {_fmt(m.get('watchdog_trips'), 'd')} | "
                          f"{_fmt(m.get('predicted_ticks'), 'd')} / {_fmt(m.get('input_gaps'), 'd')} | "
-                         f"{relay.get('held', '–')} / {relay.get('delivered', '–')} | "
+                         f"{relay.get('held', '–')} ({relay.get('commands_followed', '–')}) / "
+                         f"{relay.get('delivered', '–')} | "
                          f"{_fmt(m.get('unsafe_commands'), 'd')} / {_fmt(m.get('commands_checked'), 'd')} |")
         lines.append("")
     return "\n".join(lines)

@@ -22,10 +22,19 @@ contact estimates before it):
   unchanged, and its contact estimates with this period's flips (``contact_flip``: 1.0 ↔
   0.0 for one period); the controller's answer goes on to ``command_out``.
 - lost (``drop_state``) or in the ``gap``: the controller gets nothing, so it does not tick
-  (it ticks on /joint_states); the actuators keep the last command, which the relay sends
-  on in the controller's place so that a lock-step simulator steps. With ``pace_withheld``
-  the relay first waits one period of wall time, so a gap lasts as long on the
-  controller's (wall-clock) watchdog as in simulated time.
+  on /joint_states; the actuators keep the last command, which the relay sends on in the
+  controller's place so that a lock-step simulator steps. With ``pace_withheld`` the relay
+  first waits one period of wall time, so a gap lasts as long on the controller's
+  (wall-clock) watchdog as in simulated time.
+- once the controller is heard on its own in a run of withheld periods
+  (``follow_controller``): a controller that bridges the gap on its own clock (the node's
+  ``prediction_horizon``; its timers run on the simulated clock, so it ticks once per
+  period the simulator steps) sends a command per period; the relay hands the simulator
+  that one, waiting for it at most ``follow_wait`` of wall time, as a robot's drivers get
+  the commands at the loop's rate. Without it the simulator ran the gap at the relay's
+  wall-clock pace and the controller at its own: on a loaded machine 3-4 simulated
+  periods per command, held torques a trotting robot can fall on. A wait that times out
+  (a controller that stopped predicting) falls back to pacing until it is heard again.
 - a re-published state (same stamp: the lock-step bridge re-sends an unanswered one) gets
   the same treatment again, without a new draw.
 
@@ -51,6 +60,7 @@ import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from nav_msgs.msg import Odometry
 from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.clock import Clock, ClockType
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -75,6 +85,9 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
                      "seed, ...); mass_error and push are not the relay's and are refused"),
     "rate": (1000.0, "the simulator's period rate [Hz] (the injector's tick)"),
     "pace_withheld": (True, "wait one period of wall time before holding the command of a withheld period"),
+    "follow_controller": (True, "once the controller is heard on its own in a run of withheld periods, hand "
+                                "on its next command (predicted) per period instead of the held one"),
+    "follow_wait": (0.05, "longest wait for that command [s, wall]; then the held one, and pacing"),
     "joint_states_in": ("/joint_states", "the simulator's joint states"),
     "odom_in": ("/odom", "the simulator's odometry"),
     "contact_states_in": ("/idyn_controller/contact_states", "the simulator's contact estimates"),
@@ -100,6 +113,8 @@ class FaultRelayNode(Node):
                               "not a relay fault")
         self.period_s = 1.0 / float(get("rate"))
         self.pace = bool(get("pace_withheld"))
+        self.follow = bool(get("follow_controller"))
+        self.follow_wait = float(get("follow_wait"))
         self.injector: FaultInjector | None = None  # made at the first period (k from the estimates)
         self._ring: deque = deque()  # (odometry bytes, contact estimates, joint state bytes) per period
         self._odom: bytes | None = None
@@ -109,8 +124,12 @@ class FaultRelayNode(Node):
         self._last_lag: int | None = 0
         self._last_cmd: bytes | None = None
         self._awaiting = False
+        self._held_run = 0          # withheld periods in a row
+        self._following = False     # this run: the controller was heard on its own; wait for its commands
+        self._waiting = False       # a withheld period waits for one (self._wait_timer ends it)
+        self._unsent = False        # a command of the controller's own not yet handed on
         self.counts = {"periods": 0, "delivered": 0, "held": 0, "resent_periods": 0, "commands_forwarded": 0,
-                       "commands_unanswered": 0, "commands_held": 0}
+                       "commands_unanswered": 0, "commands_held": 0, "commands_followed": 0, "follow_timeouts": 0}
 
         self.pub_js = self.create_publisher(JointState, "~/joint_states", STATE_QOS)
         self.pub_odom = self.create_publisher(Odometry, "~/odom", STATE_QOS)
@@ -122,6 +141,10 @@ class FaultRelayNode(Node):
         self.create_subscription(JointState, get("joint_states_in"), self._on_joint_states, STATE_QOS, raw=True)
         self.create_subscription(Float64MultiArray, "~/commands", self._on_command, COMMAND_QOS, raw=True)
         self.create_timer(STATUS_PERIOD_S, self.publish_status)
+        # wall time (the node's clock may be the simulator's, which stands while the relay waits)
+        self._wait_timer = self.create_timer(self.follow_wait, self._on_wait_timeout,
+                                             clock=Clock(clock_type=ClockType.STEADY_TIME))
+        self._wait_timer.cancel()
         self.get_logger().info(f"faults {fields} between {get('joint_states_in')} (and odometry, contact "
                                f"estimates) and the controller; commands on to {get('command_out')}")
 
@@ -141,7 +164,8 @@ class FaultRelayNode(Node):
         if stamp <= self._last_stamp:  # the same period re-sent (lock-step): same fate, newest copy
             self.counts["resent_periods"] += 1
             self._ring[-1] = entry
-            self._act(self._last_lag)
+            if not self._waiting:  # (a period waiting for the controller's command keeps waiting)
+                self._act(self._last_lag, resent=True)
             return
         self._last_stamp = stamp
         if self.injector is None:
@@ -152,23 +176,33 @@ class FaultRelayNode(Node):
         self._last_lag = self.injector.decide(stamp * 1e-9)
         self._act(self._last_lag)
 
-    def _act(self, lag: int | None) -> None:
+    def _act(self, lag: int | None, resent: bool = False) -> None:
         """Hand the controller the period ``lag`` periods old (with this period's contact
-        flips), or nothing (None): then the last command goes on to the simulator."""
+        flips), or nothing (None): then the controller's next command (see
+        ``follow_controller``) or the last one goes on to the simulator."""
         if lag is None:
             self.counts["held"] += 1
+            self._held_run += not resent
+            if self.follow and self._following:
+                if self._unsent:  # it came before this period's state did (the clock is published first)
+                    self._send_followed()
+                else:
+                    self._waiting = True  # _on_command or the timer sends
+                    self._wait_timer.reset()
+                return
             if self.pace:
                 time.sleep(self.period_s)
-            if self._last_cmd is not None:  # the actuators keep it; a lock-step simulator steps
-                self.pub_cmd.publish(self._last_cmd)
-                self.counts["commands_held"] += 1
+            self._send_held()
             return
+        self._held_run = 0
+        self._following = False
         odom, estimates, js = self._ring[-1 - min(lag, len(self._ring) - 1)]
         flips = self.injector.flips
         if estimates.size == flips.size and flips.any():
             estimates = np.where(flips, 1.0 - estimates, estimates)
         self.counts["delivered"] += 1
         self._awaiting = True
+        self._unsent = False
         self.pub_odom.publish(odom)
         self._contacts_msg.data = estimates.tolist()
         self.pub_contacts.publish(self._contacts_msg)
@@ -181,8 +215,42 @@ class FaultRelayNode(Node):
             self._awaiting = False
             self.pub_cmd.publish(data)
             self.counts["commands_forwarded"] += 1
-        else:  # e.g. the controller's watchdog output during a gap: the next held period sends it
-            self.counts["commands_unanswered"] += 1
+            return
+        # the controller on its own clock (a predicted tick, its watchdog output) during withheld periods
+        self.counts["commands_unanswered"] += 1
+        self._unsent = True
+        if self._waiting:
+            self._end_wait()
+            self._send_followed()
+        elif self._held_run:
+            self._following = True  # heard: the next withheld period hands on its command
+
+    def _on_wait_timeout(self) -> None:
+        """No command from the controller within ``follow_wait``: hold the last one, and pace
+        the rest of this run until the controller is heard again."""
+        if not self._waiting:
+            return
+        self._end_wait()
+        self._following = False
+        self.counts["follow_timeouts"] += 1
+        self._send_held()
+
+    def _end_wait(self) -> None:
+        self._waiting = False
+        self._wait_timer.cancel()
+
+    def _send_followed(self) -> None:
+        """The controller's newest command of its own (computed on the simulator's newest
+        clock: it does not tick before that moves on) goes on for this withheld period."""
+        self._unsent = False
+        self.pub_cmd.publish(self._last_cmd)
+        self.counts["commands_followed"] += 1
+
+    def _send_held(self) -> None:
+        self._unsent = False
+        if self._last_cmd is not None:  # the actuators keep it; a lock-step simulator steps
+            self.pub_cmd.publish(self._last_cmd)
+            self.counts["commands_held"] += 1
 
     # ------------------------------------------------------------------ diagnostics
     def status_values(self) -> dict[str, int | float]:
