@@ -196,6 +196,8 @@ class FaultRelayNode(Node):
             return
         self._held_run = 0
         self._following = False
+        if self._waiting:  # (a simulator that stepped on its own lock-step timeout)
+            self._end_wait()
         odom, estimates, js = self._ring[-1 - min(lag, len(self._ring) - 1)]
         flips = self.injector.flips
         if estimates.size == flips.size and flips.any():
