@@ -293,6 +293,10 @@ class LoopMixin:
         now = time.monotonic()
         if not self._predict_timer.is_canceled():
             return  # an input gap: the prediction timer ticks
+        if self._predicting(now) and self._rt is not None:
+            with self._book_lock:  # native: the loop's ticks booked first (their stamps), without
+                self._rt_drain(self._rt)  # stopping it; a late booking is no gap
+            now = time.monotonic()
         if self._predicting(now):  # a gap begins: tick on the predicted state at the loop's rate
             self._predict_timer.reset()
             self._timer_tick(now, lambda: self._predicting(time.monotonic()))
