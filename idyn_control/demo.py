@@ -33,7 +33,6 @@ import math
 import os
 import random
 import signal
-import struct
 import subprocess
 import sys
 import time
@@ -482,15 +481,17 @@ def _unpause_when_matched(node, executor, matched: dict[str, Callable[[], bool]]
 
 def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
     import rclpy
-    from rosgraph_msgs.msg import Clock
     from diagnostic_msgs.msg import DiagnosticArray
     from geometry_msgs.msg import Twist, WrenchStamped
     from nav_msgs.msg import Odometry
     from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+    from rosgraph_msgs.msg import Clock
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray
 
     import yaml
+
+    from .ros.conversions import cdr_stamp_ns
 
     model = robots.load(opts.robot)
     domain = opts.domain_id if opts.domain_id is not None else int(os.environ.get("IDYN_DEMO_DOMAIN_ID", 0)) \
@@ -563,8 +564,7 @@ def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
             if topic == "/odom":  # the simulated time: its stamp (the bridge publishes the
                 # step's odometry before its contact estimates, wrenches and joint states)
                 sim["odom"] = data  # for the progress line
-                sec, nanosec = struct.unpack_from("<iI", data, 4)
-                sim["t_ns"] = sec * 1_000_000_000 + nanosec
+                sim["t_ns"] = cdr_stamp_ns(data)
                 if not sim["started"] and sim["t_ns"] > 0:
                     sim["started"] = time.monotonic()  # the physics runs (real-time factor from here)
             records.append((topic, sim["t_ns"], data))
@@ -589,8 +589,7 @@ def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
                 taken = clock_sub.handle.take_message(Clock, True)
             if taken is None or taken[0] is None:
                 return last
-            sec, nanosec = struct.unpack_from("<iI", taken[0], 4)
-            last = max(last, sec * 1_000_000_000 + nanosec)
+            last = max(last, cdr_stamp_ns(taken[0]))
     diag: dict[str, dict[str, str]] = {}
 
     def on_diag(msg: DiagnosticArray) -> None:

@@ -54,6 +54,13 @@ def stamp_ns(stamp) -> int:
     return stamp.sec * 1_000_000_000 + stamp.nanosec
 
 
+def cdr_stamp_ns(data: bytes) -> int:
+    """The first time of a serialized message (plain CDR, little-endian) in integer
+    nanoseconds: the header.stamp of a stamped message, a rosgraph_msgs/Clock's clock."""
+    sec, nanosec = _STAMP.unpack_from(data, 4)  # after the 4-byte encapsulation header
+    return sec * 1_000_000_000 + nanosec
+
+
 class JointStateReader:
     """sensor_msgs/JointState → joint positions and velocities in model order.
 

@@ -50,7 +50,6 @@ the relay's own (periods, delivered, held, commands forwarded / unanswered).
 from __future__ import annotations
 
 import json
-import struct
 import time
 from collections import deque
 from typing import Any
@@ -70,10 +69,10 @@ from std_msgs.msg import Float64MultiArray
 from ..errors import IdynError
 from ..sim.faults import FaultInjector, Faults
 from . import signals
+from .conversions import cdr_stamp_ns
 
 
 NODE_NAME = "idyn_fault_relay"
-_STAMP = struct.Struct("<iI")  # header.stamp right after the 4-byte CDR encapsulation header
 STATUS_PERIOD_S = 0.5
 #: the bridge's (sim_bridge_node) profiles, on both sides: what the simulator and the controller expect
 STATE_QOS = QoSProfile(depth=10, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
@@ -124,7 +123,7 @@ class FaultRelayNode(Node):
         self._last_lag: int | None = 0
         self._last_cmd: bytes | None = None
         self._awaiting = False
-        self._held_run = 0          # withheld periods in a row
+        self._withholding = False   # the last period was withheld (a run of them goes on)
         self._following = False     # this run: the controller was heard on its own; wait for its commands
         self._waiting = False       # a withheld period waits for one (self._wait_timer ends it)
         self._unsent = False        # a command of the controller's own not yet handed on
@@ -158,14 +157,13 @@ class FaultRelayNode(Node):
     def _on_joint_states(self, data: bytes) -> None:
         if self._odom is None or self._contacts is None:
             return  # a period starts with the whole state: odometry and contact estimates first
-        sec, nanosec = _STAMP.unpack_from(data, 4)
-        stamp = sec * 1_000_000_000 + nanosec
+        stamp = cdr_stamp_ns(data)
         entry = (self._odom, self._contacts.copy(), data)
         if stamp <= self._last_stamp:  # the same period re-sent (lock-step): same fate, newest copy
             self.counts["resent_periods"] += 1
             self._ring[-1] = entry
             if not self._waiting:  # (a period waiting for the controller's command keeps waiting)
-                self._act(self._last_lag, resent=True)
+                self._act(self._last_lag)
             return
         self._last_stamp = stamp
         if self.injector is None:
@@ -176,25 +174,25 @@ class FaultRelayNode(Node):
         self._last_lag = self.injector.decide(stamp * 1e-9)
         self._act(self._last_lag)
 
-    def _act(self, lag: int | None, resent: bool = False) -> None:
+    def _act(self, lag: int | None) -> None:
         """Hand the controller the period ``lag`` periods old (with this period's contact
         flips), or nothing (None): then the controller's next command (see
         ``follow_controller``) or the last one goes on to the simulator."""
         if lag is None:
             self.counts["held"] += 1
-            self._held_run += not resent
+            self._withholding = True
             if self.follow and self._following:
                 if self._unsent:  # it came before this period's state did (the clock is published first)
-                    self._send_followed()
+                    self._send_last("commands_followed")
                 else:
                     self._waiting = True  # _on_command or the timer sends
                     self._wait_timer.reset()
                 return
             if self.pace:
                 time.sleep(self.period_s)
-            self._send_held()
+            self._send_last("commands_held")
             return
-        self._held_run = 0
+        self._withholding = False
         self._following = False
         if self._waiting:  # (a simulator that stepped on its own lock-step timeout)
             self._end_wait()
@@ -223,8 +221,8 @@ class FaultRelayNode(Node):
         self._unsent = True
         if self._waiting:
             self._end_wait()
-            self._send_followed()
-        elif self._held_run:
+            self._send_last("commands_followed")
+        elif self._withholding:
             self._following = True  # heard: the next withheld period hands on its command
 
     def _on_wait_timeout(self) -> None:
@@ -235,24 +233,21 @@ class FaultRelayNode(Node):
         self._end_wait()
         self._following = False
         self.counts["follow_timeouts"] += 1
-        self._send_held()
+        self._send_last("commands_held")
 
     def _end_wait(self) -> None:
         self._waiting = False
         self._wait_timer.cancel()
 
-    def _send_followed(self) -> None:
-        """The controller's newest command of its own (computed on the simulator's newest
-        clock: it does not tick before that moves on) goes on for this withheld period."""
+    def _send_last(self, count: str) -> None:
+        """The newest command goes on for this withheld period: the controller's own
+        ("commands_followed": computed on the simulator's newest clock, as it does not tick
+        before that moves on), or the one the actuators keep ("commands_held"), so that a
+        lock-step simulator steps."""
         self._unsent = False
-        self.pub_cmd.publish(self._last_cmd)
-        self.counts["commands_followed"] += 1
-
-    def _send_held(self) -> None:
-        self._unsent = False
-        if self._last_cmd is not None:  # the actuators keep it; a lock-step simulator steps
+        if self._last_cmd is not None:
             self.pub_cmd.publish(self._last_cmd)
-            self.counts["commands_held"] += 1
+            self.counts[count] += 1
 
     # ------------------------------------------------------------------ diagnostics
     def status_values(self) -> dict[str, int | float]:
