@@ -132,7 +132,8 @@ METRIC_DEFINITIONS = {
                "control period that follows the prediction; relative = that mean / the mean measured sum "
                "(flat ground: normal = world z). Only ticks where the formulation answered (fallback ticks "
                "predict 0). 'at unseen touchdowns' = the share of that error on ticks where a foot touched "
-               "down that the contact estimate (the previous period's forces) did not count yet, so no "
+               "down that the contact estimate (the previous period's forces; with --contact-estimate touching "
+               "the feet the simulator finds touching, so none) did not count yet, so no "
                "formulation predicts its impact; 'other ticks' = the relative error over the rest.",
     "Manipulator": "box dropped: first tick its centre is > 2 cm from the fingertips' centroid; arm error = "
                    "Σ over the 7 arm joints of |θ − θ_des| [rad], mean over the run, over the ticks the box is "
@@ -164,20 +165,23 @@ class Cell:
     task: str
     terrain_seed: int = 0
     stabilization: str = "none"
+    contact_estimate: str = "force"
 
     @property
     def id(self) -> str:
         return f"{self.group}/{self.ground}/{self.controller}"
 
 
-def cells(quick: bool = False, only: tuple[str, ...] = (), stabilization: str = "none") -> list[Cell]:
+def cells(quick: bool = False, only: tuple[str, ...] = (), stabilization: str = "none",
+          contact_estimate: str = "force") -> list[Cell]:
     """The experiment's cells (``only``: fnmatch patterns on :attr:`Cell.id`;
     ``stabilization``: of the quadruped's cells)."""
     duration, task = (3.0, "trot") if quick else (30.0, "waypoints")
-    out = [Cell("planar", c, g, duration, task, stabilization=stabilization)
+    legged = {"stabilization": stabilization, "contact_estimate": contact_estimate}
+    out = [Cell("planar", c, g, duration, task, **legged)
            for g in (QUICK_GROUNDS if quick else GROUNDS) for c in (QUICK_CONTROLLERS if quick else CONTROLLERS)]
     seeds = HEIGHTMAP_SEEDS[:1] if quick else HEIGHTMAP_SEEDS
-    out += [Cell("heightmap", c, f"seed{k}", duration, task, terrain_seed=k, stabilization=stabilization)
+    out += [Cell("heightmap", c, f"seed{k}", duration, task, terrain_seed=k, **legged)
             for k in seeds for c in HEIGHTMAP_CONTROLLERS]
     out += [Cell("manipulator", c, g, MANIPULATOR_DURATION_S, "grasp")
             for g in MANIPULATOR_FRICTIONS for c in MANIPULATOR_CONTROLLERS]
@@ -196,7 +200,8 @@ def legged_scenario(cell: Cell):
                                                                        "terrain_seed": cell.terrain_seed}
     return Scenario(robot="quadruped", formulation=formulation, formulation_options=dict(options),
                     duration=cell.duration_s, task=cell.task, velocity=(0.2, 0.0, 0.0),
-                    controller={"stabilization": cell.stabilization}, **overrides)
+                    controller={"stabilization": cell.stabilization}, contact_estimate=cell.contact_estimate,
+                    **overrides)
 
 
 def run_cell(cell: Cell) -> dict[str, Any]:
@@ -286,13 +291,13 @@ def _json_safe(d: dict[str, Any]) -> dict[str, Any]:
 # ====================================================================== orchestration
 def run(*, quick: bool = False, workers: int | None = None, out: str | Path = DEFAULT_OUT,
         only: tuple[str, ...] = (), hash_seed: int = 0, stabilization: str = "none",
-        log: Callable[[str], None] = print) -> dict[str, Any]:
+        contact_estimate: str = "force", log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the cells over ``workers`` processes (default: all CPUs) and write the report.
 
     ``hash_seed``: the workers' PYTHONHASHSEED (see below); another value replays every cell
     with other round-off, a check of how robust a result is. ``stabilization``: the
     quadruped's (``none``, the default, or ``viip``; README "Balance stabilization")."""
-    todo = cells(quick, only, stabilization)
+    todo = cells(quick, only, stabilization, contact_estimate)
     workers = max(1, min(workers or os.cpu_count() or 1, max(len(todo), 1)))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -329,7 +334,7 @@ def run(*, quick: bool = False, workers: int | None = None, out: str | Path = DE
         "meta": {"quick": quick, "workers": workers, "cells": len(todo), "wall_time_s": time.perf_counter() - wall0,
                  "commit": _git_commit(), "hash_seed": hash_seed, "machine": f"{os.cpu_count()} CPUs, {sys.platform}",
                  "robot": "quadruped", "control_rate_hz": 1000, "task": todo[0].task if todo else None,
-                 "stabilization": stabilization},
+                 "stabilization": stabilization, "contact_estimate": contact_estimate},
         "paper": PAPER,
         "metric_definitions": METRIC_DEFINITIONS,
         "cells": [{k: v for k, v in r.items() if k != "series"} for r in ordered],
@@ -390,7 +395,8 @@ def format_markdown(report: dict[str, Any], figures: list[str]) -> str:
     meta = report["meta"]
     lines = [f"# seed 000 §7–8 reproduced ({'quick' if meta['quick'] else 'full'})", "",
              f"Quadruped, 1 kHz lock-step MuJoCo, task: {meta['task']}, stabilization: "
-             f"{meta.get('stabilization', 'none')}; {meta['cells']} cells on "
+             f"{meta.get('stabilization', 'none')}, contact estimate: {meta.get('contact_estimate', 'force')}; "
+             f"{meta['cells']} cells on "
              f"{meta['workers']} workers, {meta['wall_time_s']:.0f} s wall; commit {meta['commit']}.",
              "Each cell: ours, then the paper's value in parentheses. \"–\": the quadruped fell (ours: Tables 3–4 "
              "are still computed up to the fall and marked †; Table 5 prints – as the paper does).", ""]
@@ -618,6 +624,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stabilization", default="none", choices=("none", "viip"),
                    help="the quadruped's balance stabilization (seed000; default none: README "
                         "'Balance stabilization' says why)")
+    p.add_argument("--contact-estimate", default="force", choices=("force", "touching"),
+                   help="the legged cells' contact estimate (seed000): force = a foot the ground pushed "
+                        "over the last period (as the bridge node publishes), touching = the feet "
+                        "MuJoCo's collision detection finds touching at the current state")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -627,5 +637,6 @@ def main(args: argparse.Namespace) -> int:
               + ", ".join(c.id for c in cells(args.quick)), file=sys.stderr)
         return 2
     report = run(quick=args.quick, workers=args.workers, out=args.out or DEFAULT_OUT, only=only,
-                 hash_seed=args.hash_seed, stabilization=args.stabilization, log=lambda m: print(m, flush=True))
+                 hash_seed=args.hash_seed, stabilization=args.stabilization,
+                 contact_estimate=args.contact_estimate, log=lambda m: print(m, flush=True))
     return 1 if any("error" in c for c in report["cells"]) else 0

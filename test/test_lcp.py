@@ -18,6 +18,7 @@ import pytest
 from conftest import FIXED, FLOATING, random_state, standing_state
 
 from idyn_control import formulations, robots
+from idyn_control.errors import ConfigError
 from idyn_control.bench_contacts import contact_scaling, multi_contact_model
 from idyn_control.formulations.lcp_noslip import CONTACT_TARGETS, find_indices
 from idyn_control.lcp import Lemke, PrincipalPivoting, lemke, ppm
@@ -614,9 +615,29 @@ def test_lcp_coulomb_trots_on_rigid_ground(friction):
 
 
 @pytest.mark.xfail(strict=True, reason="issue 10: LCP,μ on rigid μ∞ predicts the summed normal force to 3.4 %: "
-                                       "~80 % of the error is at touchdowns the contact estimate has not seen yet")
+                                       "~80 % of the error is the impacts of feet landing at up to 0.6 m/s")
 def test_lcp_coulomb_predicts_the_summed_force_within_2_5_percent_on_rigid_mu_inf():
-    """Since the quadruped's swings end 8 mm below the ground its feet land harder; the
-    impact of a foot the previous period's contact estimate does not count is in no
-    prediction."""
+    """Since the quadruped's swings end 8 mm below the ground its feet land harder (its
+    reference crosses the ground at ≈ 0.8 m/s); the impact of a foot the previous period's
+    contact estimate does not count is in no prediction, and one it counts (below) is not
+    predicted either: the prescribed joint motion keeps the landing leg going."""
     assert _lcp_coulomb_trot(math.inf).metrics["force_error_sum_rel"] <= 0.025
+
+
+def test_lcp_coulomb_trots_when_told_the_simulators_touching_feet():
+    """Scenario contact_estimate="touching": the controller and the gait are told the feet
+    MuJoCo's collision detection finds touching, the contacts the coming step pushes on
+    (seed 000's simulator handed its controllers its contact points). No touchdown is then
+    unseen, and the quadruped still trots (rigid μ∞, 3 s). The landing impacts stay
+    unpredicted: the error moves from unseen to seen ticks (README, seed 000)."""
+    from idyn_control.sim.lockstep import Scenario, run_scenario
+
+    run = run_scenario(Scenario(robot="quadruped", formulation="lcp_coulomb", friction=math.inf, compliant=False,
+                                duration=3.0, trot_start=0.5, task="trot", contact_estimate="touching"))
+    m = run.metrics
+    assert not m["fell"] and int(run.trace.fallback.sum()) == 0
+    assert abs(m["speed_along_command_m_s"] - 0.2) <= 0.3 * 0.2
+    assert m["touchdown_unseen_ticks"] == 0
+    assert m["force_error_sum_rel"] == m["force_error_sum_known_rel"]
+    with pytest.raises(ConfigError, match="contact_estimate"):
+        Scenario(contact_estimate="sensor").validate()

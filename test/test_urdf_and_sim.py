@@ -327,6 +327,34 @@ def test_compliant_ground_sinks_about_a_millimetre(name, cone):
     assert forces[:, 2].sum() == pytest.approx(_gravity(robot), rel=0.05)
 
 
+@pytest.mark.parametrize("compliant", (False, True), ids=("rigid", "compliant"))
+@pytest.mark.parametrize("name", ("quadruped", "solo12"))
+def test_touching_feet_are_those_the_next_step_pushes(name, compliant):
+    """touching_array (the simulator's contact set at the current state, Scenario
+    contact_estimate="touching") names exactly the feet the coming step's contact forces
+    push, through a landing and a bounce: a foot pushed but not named would be a touchdown
+    the controller cannot know of."""
+    robot = robots.load(name)
+    sim = build_mujoco(robot, friction=0.7, compliant=compliant)
+    data = robot.pin_model.createData()
+    q = _touchdown_configuration(name, robot, sim)
+    q_ref = q[robot.joint_q_index]
+    q[2] += 0.01  # 1 cm up, falling: an airborne phase, a landing, settling
+    sim.set_state(q, np.zeros(robot.nv))
+    touching = np.zeros(len(robot.contacts), dtype=bool)
+    named = pushed = both = 0
+    for _ in range(400):
+        sim.touching_array(touching)
+        q, v = sim.state()
+        g = pin.computeGeneralizedGravity(robot.pin_model, data, q)[robot.n_base:]
+        sim.step(g + KP * (q_ref - q[robot.joint_q_index]) - KD * v[robot.joint_v_index])
+        push = sim.contact_forces_array()[:, 2] > 1e-9
+        assert not (push & ~touching).any()  # every pushed foot was named before the step
+        named, pushed, both = named + touching.sum(), pushed + push.sum(), both + (push & touching).sum()
+    assert pushed > 0.9 * named  # named feet are pushed (a soft contact may leave one unloaded)
+    assert touching.all()  # standing at the end
+
+
 def _landing_depth(robot, sim, speed=0.2, duration_s=0.3):
     """The robot touching the ground at ``speed`` [m/s] downward, joints held by PD +
     gravity torques: (deepest foot penetration, penetration at the end) [m]."""

@@ -50,6 +50,8 @@ FALL_TILT_RAD = 1.0
 #: contact estimate: a foot touches when the ground pushed it with more than this normal
 #: force over the last control period [N] (the bridge node publishes the same estimate)
 CONTACT_THRESHOLD_N = 0.1
+#: the contact estimates a scenario can hand the controller (Scenario.contact_estimate)
+CONTACT_ESTIMATES = ("force", "touching")
 
 def formulation_options(robot, formulation: str) -> dict[str, Any]:
     """A robot's own defaults of a formulation's options (its file's
@@ -131,6 +133,13 @@ class Scenario:
             with the compiled gait, as the node's compiled loop does; a failed solve is run
             again by the Python tick); False (default): the Python tick, the reference
             the experiments use. Legged robots on a plane without faults only.
+        contact_estimate: which feet the controller and the gait are told touch.
+            ``"force"`` (default): those the ground pushed with more than
+            ``CONTACT_THRESHOLD_N`` over the last period, as the bridge node publishes;
+            ``"touching"``: those MuJoCo's collision detection finds touching at the current
+            state (:meth:`MujocoSim.touching_array`: the contacts its coming step pushes on,
+            one period fresher; seed 000's simulator handed its controllers its contact
+            points). Legged robots (the grasp has its own distance test).
     """
 
     robot: str = "quadruped"
@@ -158,6 +167,7 @@ class Scenario:
     terrain_known: bool = True
     faults: Any = None
     compiled: bool = False
+    contact_estimate: str = "force"
 
     def validate(self) -> None:
         robots.spec(self.robot)  # unknown names list the valid ones
@@ -175,6 +185,8 @@ class Scenario:
             raise ConfigError("task", self.task, f"{self.task} is standing: set gait=False")
         if self.terrain not in TERRAINS:
             raise ConfigError("terrain", self.terrain, f"must be one of {TERRAINS}")
+        if self.contact_estimate not in CONTACT_ESTIMATES:
+            raise ConfigError("contact_estimate", self.contact_estimate, f"must be one of {CONTACT_ESTIMATES}")
         self.faults = Faults.from_dict(self.faults)
         self.faults.validate()
 
@@ -288,6 +300,8 @@ class LockstepRunner:
         distance = np.zeros(k)
         if self.grasp:
             np.less_equal(sim.box_distance_array(distance), GRASP_CONTACT_DISTANCE_M, out=mask)
+        elif k and s.contact_estimate == "touching":
+            sim.touching_array(mask)
         fell, fall_time = False, None
         misses = 0
         wall0 = time.perf_counter()
@@ -379,6 +393,8 @@ class LockstepRunner:
             mask = mask_meas
             if self.grasp:
                 np.less_equal(sim.box_distance_array(distance), GRASP_CONTACT_DISTANCE_M, out=mask)
+            elif s.contact_estimate == "touching":
+                sim.touching_array(mask)
             else:
                 np.greater(trace.f_meas[n, :, 2], CONTACT_THRESHOLD_N, out=mask)
             if self.legged and self._fallen(q):

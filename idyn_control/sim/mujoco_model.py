@@ -245,6 +245,25 @@ class MujocoSim:
             self._normal[k] += self._wrench[0]
         return out
 
+    def touching_array(self, out: np.ndarray | None = None) -> np.ndarray:
+        """Which contact spheres MuJoCo's collision detection finds touching at the current
+        state, (n_contacts,) bool: the contacts its next step pushes on (signed distance
+        below the geoms' margin). Runs MuJoCo's kinematics and collision stages; after
+        :meth:`step` the data's contacts (and :meth:`contact_forces_array`) are the step's
+        until this is called."""
+        out = np.zeros(len(self.contacts), dtype=bool) if out is None else out
+        out[:] = False
+        mujoco.mj_kinematics(self.model, self.data)
+        mujoco.mj_collision(self.model, self.data)
+        for i in range(self.data.ncon):
+            contact = self.data.contact[i]
+            k = self._geom_to_contact.get(int(contact.geom[1]))
+            if k is None:
+                k = self._geom_to_contact.get(int(contact.geom[0]))
+            if k is not None and contact.dist < contact.includemargin:
+                out[k] = True
+        return out
+
     def contact_forces(self) -> dict[str, np.ndarray]:
         """Contact frame → force [N] of the ground on the robot, world frame."""
         forces = self.contact_forces_array()
