@@ -250,7 +250,13 @@ def _spec_of_file(path: Path) -> RobotSpec:
 
     if not path.is_file():
         raise ModelError(f"robot file not found: {path}")
-    return spec_from_params(config.load_params_file(path), origin=path)
+    params = config.load_params_file(path)
+    # what check-config reports (unknown keys, types, ranges): a misspelt gait or controller
+    # key would otherwise be dropped silently and the robot run on the default
+    problems = config.validate(params, check_model=False)
+    if problems:
+        raise ConfigError(str(path), f"{len(problems)} problem(s)", "; ".join(problems))
+    return spec_from_params(params, origin=path)
 
 
 def spec_from_params(params: Mapping[str, Any], origin: Path | None = None) -> RobotSpec:

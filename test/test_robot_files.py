@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +71,21 @@ def test_a_new_robot_stands_and_trots_in_lockstep_from_its_file(tmp_path, name):
     assert m["speed_along_command_m_s"] > 0.1, m
     standing_height = robots.standing_configuration(robots.load(path), path)[2]
     assert run.trace.q[: run.trace.n, 2].min() > 0.7 * standing_height
+
+
+@pytest.mark.parametrize("params, problem", [
+    ({"gait": {"step_heigth": 0.02}}, "gait.step_heigth: unknown parameter"),
+    ({"gait": {"late_descent_speed": 0.3}}, "gait.late_descent_speed: unknown parameter"),
+    ({"controller": {"base_kp": -1.0}}, "controller.base_kp"),
+    ({"gait": {"period": "fast"}}, "gait.period"),
+])
+def test_a_robot_file_with_a_wrong_key_or_value_is_refused_not_run_on_defaults(tmp_path, params, problem):
+    """A misspelt gait or controller key used to be dropped silently (the robot then ran on
+    the default); the loader now refuses the file with what check-config reports."""
+    path = tmp_path / "my_solo.yaml"
+    path.write_text(yaml.safe_dump({config.NODE_NAME: {"ros__parameters": {"robot": "solo12", **params}}}))
+    with pytest.raises(ConfigError, match=re.escape(problem)):
+        robots.spec(path)
 
 
 def test_a_file_naming_a_shipped_robot_inherits_what_it_leaves_unset(tmp_path):
