@@ -290,6 +290,9 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("gait.touchdown_depth", _GAIT.touchdown_depth, DOUBLE,
               "the swing ends this far below the ground [m], so a foot lagging its reference still lands on time",
               (0.0, 0.1), read_only=True),
+    ParamSpec("gait.late_descent_speed", _GAIT.late_descent_speed, DOUBLE,
+              "a swing foot that has not met the ground when its swing ends keeps going down this fast "
+              "[m/s] (for at most 0.1 s) before it is declared stance", (0.0, 2.0), read_only=True),
     ParamSpec("gait.vertical_fraction", _GAIT.vertical_fraction, DOUBLE,
               "the first and last this fraction of a swing move the foot only up and down (it travels to its "
               "foothold in between), so it leaves and meets the ground vertically",
@@ -324,7 +327,7 @@ SPEC: dict[str, ParamSpec] = {p.name: p for p in PARAMETERS}
 CONTROLLER_FIELDS: dict[str, str] = {p.name: p.controller_field for p in PARAMETERS if p.controller_field}
 #: parameters that map onto GaitConfig fields (the robot's gait)
 GAIT_FIELDS = frozenset(("gait.period", "gait.duty_factor", "gait.step_height", "gait.touchdown_depth",
-                         "gait.vertical_fraction"))
+                         "gait.late_descent_speed", "gait.vertical_fraction"))
 #: gait.balance.<field> → BalanceConfig.<field> (gait.task balance)
 BALANCE_PREFIX = "gait.balance."
 
