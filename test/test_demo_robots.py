@@ -61,7 +61,7 @@ def test_controller_params_describe_the_soles_and_the_balance_task():
 def test_the_demos_gait_node_trots_the_robot_files_gait(name):
     """The node gets the robot file's gait.* (as the lock-step runner and the launch file
     do): without them the demo's quadruped trotted with the default vertical swing ends and
-    2 mm touchdown depth where its file says 0 and 8 mm, and fell after a 200 ms input gap."""
+    2 mm touchdown depth where its file then said 0 and 8 mm, and fell after a 200 ms input gap."""
     spec = robots.spec(name)
     gait = controller_params(DemoOptions(robot=name).resolved())["idyn_controller"]["ros__parameters"]["gait"]
     assert spec.gait and {k: gait[k] for k in spec.gait} == spec.gait

@@ -75,7 +75,7 @@ def test_a_new_robot_stands_and_trots_in_lockstep_from_its_file(tmp_path, name):
 
 @pytest.mark.parametrize("params, problem", [
     ({"gait": {"step_heigth": 0.02}}, "gait.step_heigth: unknown parameter"),
-    ({"gait": {"late_descent_speed": 0.3}}, "gait.late_descent_speed: unknown parameter"),
+    ({"controller": {"joint_kpp": [1.0]}}, "controller.joint_kpp: unknown parameter"),
     ({"controller": {"base_kp": -1.0}}, "controller.base_kp"),
     ({"gait": {"period": "fast"}}, "gait.period"),
 ])

@@ -65,14 +65,8 @@ def test_the_solve_at_tick_n_uses_the_simulator_forces_of_tick_n_minus_delay(del
         np.testing.assert_array_equal(trace.f_pred[1:], used[1:])
 
 
-#: ID(t_{i−2}) on μ 0.7 since the quadruped's swings end 8 mm below the ground (its robot
-#: file, for the feet that landed late): measured, it falls at 2.2 s (2.6 s with 5 mm; it
-#: walked with 2 mm, when ID(t_{i−1}) on μ 0.1 fell at 3.2 s instead); issue 10
-_D2_MU07 = pytest.mark.xfail(strict=True, reason="ID(t_i-2) falls at 2.2 s on rigid mu 0.7 (issue 10)")
-
-
 @pytest.mark.parametrize("delay, friction", [
-    (1, math.inf), (1, 0.1), (1, 0.7), (2, math.inf), (2, 0.1), pytest.param(2, 0.7, marks=_D2_MU07)],
+    (1, math.inf), (1, 0.1), (1, 0.7), (2, math.inf), (2, 0.1), (2, 0.7)],
     ids=["1-mu_inf", "1-mu_0.1", "1-mu_0.7", "2-mu_inf", "2-mu_0.1", "2-mu_0.7"])
 def test_sensed_stands_then_trots_on_rigid_ground(delay, friction):
     """Stand 1 s, trot 2 s at 0.2 m/s on rigid ground without falling.
