@@ -296,7 +296,9 @@ def run(*, quick: bool = False, workers: int | None = None, out: str | Path = DE
 
     ``hash_seed``: the workers' PYTHONHASHSEED (see below); another value replays every cell
     with other round-off, a check of how robust a result is. ``stabilization``: the
-    quadruped's (``none``, the default, or ``viip``; README "Balance stabilization")."""
+    quadruped's (``none``, the default, or ``viip``; README "Balance stabilization").
+    ``contact_estimate``: the legged cells' (``force``, the default, or ``touching``; see
+    :class:`~idyn_control.sim.lockstep.Scenario`)."""
     todo = cells(quick, only, stabilization, contact_estimate)
     workers = max(1, min(workers or os.cpu_count() or 1, max(len(todo), 1)))
     out = Path(out)
