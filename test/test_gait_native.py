@@ -230,7 +230,10 @@ def test_compiled_tick_samples_a_joint_trajectory_as_the_node_does(velocities):
     import time
 
     runner, trace = recorded_trot("solo12")
-    traj_now, _ = JointTrajectoryReference.from_msg(msg, model, time.time_ns(), full[0])
+    # started 50 ms ago: the 200 ticks below take only ~25 ms of wall time on an idle
+    # machine, too little for a trajectory that starts now to move measurably (a CI run
+    # saw 0.049 rad); its end, 1 s after the start, leaves them ample time
+    traj_now, _ = JointTrajectoryReference.from_msg(msg, model, time.time_ns() - 50_000_000, full[0])
     tick.set_trajectory(traj_now, *full)
     tick.plan()
     reference = Controller(model, ControllerConfig(formulation="wbc_qp"))
