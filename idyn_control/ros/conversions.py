@@ -147,7 +147,7 @@ class JointStateReader:
         try:
             if not data.startswith(CDR_LE):
                 raise ValueError("not little-endian plain CDR")
-            sec, nanosec = _STAMP.unpack_from(data, 4)
+            stamp_ns = cdr_stamp_ns(data)
             off = 16 + _U32.unpack_from(data, 12)[0]      # after frame_id
             off = (off + 3) & ~3                          # name count (4-aligned; body starts at 4)
             if off != self._names_at or not data.startswith(self._names_cdr, off):
@@ -168,7 +168,7 @@ class JointStateReader:
                 self.sizes = (0, 0, 0)
                 return "malformed"
             return self.read(msg)
-        self.stamp_ns = sec * 1_000_000_000 + nanosec
+        self.stamp_ns = stamp_ns
         self.sizes = (n, position.size, velocity.size)
         if self._index is None:
             return "missing_joint"

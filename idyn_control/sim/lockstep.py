@@ -296,12 +296,8 @@ class LockstepRunner:
             gait.set_velocity(*s.velocity)
         forces = np.zeros((k, 3))
         contact_index = {f: i for i, f in enumerate(robot.contact_frames)}
-        mask = sim.contact_forces_array(np.zeros((k, 3)))[:, 2] > CONTACT_THRESHOLD_N if k else np.zeros(0, bool)
         distance = np.zeros(k)
-        if self.grasp:
-            np.less_equal(sim.box_distance_array(distance), GRASP_CONTACT_DISTANCE_M, out=mask)
-        elif k and s.contact_estimate == "touching":
-            sim.touching_array(mask)
+        mask = self._estimate_contacts(sim.contact_forces_array(forces), np.zeros(k, dtype=bool), distance)
         fell, fall_time = False, None
         misses = 0
         wall0 = time.perf_counter()
@@ -390,13 +386,7 @@ class LockstepRunner:
                 ctrl.set_measured_forces(trace.f_meas[n])
             trace.n = n + 1
             q, v = q_meas, v_meas = sim.state()
-            mask = mask_meas
-            if self.grasp:
-                np.less_equal(sim.box_distance_array(distance), GRASP_CONTACT_DISTANCE_M, out=mask)
-            elif s.contact_estimate == "touching":
-                sim.touching_array(mask)
-            else:
-                np.greater(trace.f_meas[n, :, 2], CONTACT_THRESHOLD_N, out=mask)
+            mask = self._estimate_contacts(trace.f_meas[n], mask_meas, distance)
             if self.legged and self._fallen(q):
                 fell, fall_time = True, t + s.dt
                 if s.stop_on_fall:
@@ -484,6 +474,19 @@ class LockstepRunner:
         end = s.duration if s.trot_stop is None else s.trot_stop
         start = min(s.trot_start + 1.0, 0.5 * (s.trot_start + end))
         return (start, end)
+
+    def _estimate_contacts(self, forces: np.ndarray, mask: np.ndarray, distance: np.ndarray) -> np.ndarray:
+        """The simulator's contact estimate, written into ``mask`` (k,) and returned:
+        ``forces`` (k, 3) [N] are the last period's; ``distance`` (k,) is scratch. The grasp's
+        fingertips touch within GRASP_CONTACT_DISTANCE_M of the box; a foot, as
+        ``Scenario.contact_estimate`` says."""
+        if self.grasp:
+            np.less_equal(self.sim.box_distance_array(distance), GRASP_CONTACT_DISTANCE_M, out=mask)
+        elif self.scenario.contact_estimate == "touching":
+            self.sim.touching_array(mask)
+        else:
+            np.greater(forces[:, 2], CONTACT_THRESHOLD_N, out=mask)
+        return mask
 
     def _feed_surfaces(self, mask: np.ndarray) -> None:
         """Tell the controller the terrain's normal and μ under each foot in contact (ground
