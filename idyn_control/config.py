@@ -290,6 +290,12 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("gait.touchdown_depth", _GAIT.touchdown_depth, DOUBLE,
               "the swing ends this far below the ground [m], so a foot lagging its reference still lands on time",
               (0.0, 0.1), read_only=True),
+    ParamSpec("gait.touchdown_speed", _GAIT.touchdown_speed, DOUBLE,
+              "the swing's reference ends going down this fast [m/s] (0: at rest), so a foot meets the ground "
+              "at that speed on time", (0.0, 2.0), read_only=True),
+    ParamSpec("gait.velocity_product", _GAIT.velocity_product, BOOL,
+              "the gait's joint accelerations carry the feet's velocity-product term (J_j a_j = a_foot − J̇v); "
+              "false: a_foot alone, as seed 000's pipeline (Pacer) computes them", read_only=True),
     ParamSpec("gait.late_descent_speed", _GAIT.late_descent_speed, DOUBLE,
               "a swing foot that has not met the ground when its swing ends keeps going down this fast "
               "[m/s] (for at most 0.1 s) before it is declared stance", (0.0, 2.0), read_only=True),
@@ -327,7 +333,8 @@ SPEC: dict[str, ParamSpec] = {p.name: p for p in PARAMETERS}
 CONTROLLER_FIELDS: dict[str, str] = {p.name: p.controller_field for p in PARAMETERS if p.controller_field}
 #: parameters that map onto GaitConfig fields (the robot's gait)
 GAIT_FIELDS = frozenset(("gait.period", "gait.duty_factor", "gait.step_height", "gait.touchdown_depth",
-                         "gait.late_descent_speed", "gait.vertical_fraction"))
+                         "gait.touchdown_speed", "gait.velocity_product", "gait.late_descent_speed",
+                         "gait.vertical_fraction"))
 #: gait.balance.<field> → BalanceConfig.<field> (gait.task balance)
 BALANCE_PREFIX = "gait.balance."
 

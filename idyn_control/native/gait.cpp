@@ -58,7 +58,8 @@ enum ConfigSlot {
   C_PERIOD, C_DUTY_FACTOR, C_STEP_HEIGHT, C_MAX_ACCELERATION, C_MAX_YAW_ACCELERATION, C_FEEDBACK_GAIN,
   C_MAX_STEP_CORRECTION, C_MAX_POSITION_ERROR, C_TOUCHDOWN_DEPTH, C_GROUND_TOLERANCE, C_EARLY_TOUCHDOWN,
   C_LATE_DESCENT_SPEED, C_LATE_TOUCHDOWN_TIME, C_REGAIN_CONTACT_TIME, C_STAND_UP_TIME, C_STAND_SHIFT_SPEED,
-  C_IK_ITERATIONS, C_SWING_DURATION, C_STANCE_DURATION, C_CMD_VEL_TIMEOUT, C_VERTICAL_FRACTION, C_SCALARS
+  C_IK_ITERATIONS, C_SWING_DURATION, C_STANCE_DURATION, C_CMD_VEL_TIMEOUT, C_VERTICAL_FRACTION, C_TOUCHDOWN_SPEED,
+  C_VELOCITY_PRODUCT, C_SCALARS
 };
 // native/gait.py STATE, the scalars first (NaN stands for Python's None; mode 0 stand, 1 trot)
 enum StateScalar {
@@ -105,6 +106,14 @@ void swing_bump(double s, double& b, double& db, double& ddb) {
   ddb = 384.0 * s * u * (1.0 - 5.0 * s + 5.0 * s * s);
 }
 
+// gait.touchdown_ramp: −4s³ + 7s⁴ − 3s⁵
+void touchdown_ramp(double s, double& r, double& dr, double& ddr) {
+  s = std::min(std::max(s, 0.0), 1.0);
+  r = std::pow(s, 3.0) * (-4.0 + 7.0 * s - 3.0 * s * s);
+  dr = s * s * (-12.0 + 28.0 * s - 15.0 * s * s);
+  ddr = s * (-24.0 + 84.0 * s - 60.0 * s * s);
+}
+
 Eigen::Matrix3d rot_z(double yaw) {
   const double c = std::cos(yaw), s = std::sin(yaw);
   Eigen::Matrix3d R;
@@ -139,6 +148,7 @@ struct Gait {
   Eigen::MatrixXd rhs, sol, A, work_m;
   Eigen::LLT<Eigen::MatrixXd> llt;
   Eigen::VectorXd v_base;
+  Eigen::VectorXd v_ik, a_zero;  // nv: the reference velocity at the IK's configuration, zeros
   std::vector<std::uint8_t> due, in_window;
   std::vector<double> since;
   // the /cmd_vel command (another thread writes it)
@@ -347,6 +357,14 @@ void update_feet(Gait& g, double t, double dt, const double* q, const Vec3& v_wo
       fp[2] += h * b;
       fv[2] += h * db / Ts;
       fa[2] += h * ddb / Ts2;
+      const double v_td = g.c(C_TOUCHDOWN_SPEED);
+      if (v_td > 0.0) {
+        double r, dr, ddr;
+        touchdown_ramp(s, r, dr, ddr);
+        fp[2] -= v_td * Ts * r;
+        fv[2] -= v_td * dr;
+        fa[2] -= v_td * ddr / Ts;
+      }
     } else {  // late: the ground is lower than planned; keep going down, then give up
       const double late = t - (g.swing_start[i] + Ts);
       const double speed = g.c(C_LATE_DESCENT_SPEED);
@@ -410,8 +428,27 @@ void solve_ik(Gait& g) {
   g.v_base.tail<3>() = R.transpose() * Eigen::Map<const Vec3>(g.base_angular_ref);
   g.rhs.col(0) = Eigen::Map<const Eigen::VectorXd>(g.foot_velocity_ref, 3 * g.k);
   g.rhs.col(0).noalias() -= g.J.leftCols(g.nb) * g.v_base;
-  g.rhs.col(1) = Eigen::Map<const Eigen::VectorXd>(g.foot_acceleration_ref, 3 * g.k);
-  damped_solve(g, g.rhs, g.sol, g.work_m);
+  if (g.c(C_VELOCITY_PRODUCT) == 0.0) {  // seed 000's pipeline: J_j a_j = a_foot
+    g.rhs.col(1) = Eigen::Map<const Eigen::VectorXd>(g.foot_acceleration_ref, 3 * g.k);
+    damped_solve(g, g.rhs, g.sol, g.work_m);
+    for (int j = 0; j < g.na; ++j) {
+      g.v_joint_ref[j] = g.sol(j, 0);
+      g.a_joint_ref[j] = g.sol(j, 1);
+    }
+    return;
+  }
+  auto v_joint = g.sol.col(0);
+  damped_solve(g, g.rhs.col(0), v_joint, g.work_v);
+  // J_j a_j = a_foot − J̇v (the drift at the reference velocity)
+  g.v_ik.head(g.nb) = g.v_base;
+  g.v_ik.tail(g.na) = v_joint;
+  pin::forwardKinematics(m, d, q, g.v_ik, g.a_zero);
+  for (int i = 0; i < g.k; ++i)
+    g.rhs.col(1).segment<3>(3 * i) =
+        Eigen::Map<const Vec3>(g.foot_acceleration_ref + 3 * i) -
+        pin::getFrameClassicalAcceleration(m, d, g.feet_ids[i], pin::LOCAL_WORLD_ALIGNED).linear();
+  auto a_joint = g.sol.col(1);
+  damped_solve(g, g.rhs.col(1), a_joint, g.work_v);
   for (int j = 0; j < g.na; ++j) {
     g.v_joint_ref[j] = g.sol(j, 0);
     g.a_joint_ref[j] = g.sol(j, 1);
@@ -610,6 +647,8 @@ void* idyn_gait_new(void* engine, int k, int nb, int state_size, const double* c
     g->work_v = Eigen::VectorXd::Zero(n);
     g->llt = Eigen::LLT<Eigen::MatrixXd>(n);
     g->v_base = Eigen::VectorXd::Zero(6);
+    g->v_ik = Eigen::VectorXd::Zero(g->nv);
+    g->a_zero = Eigen::VectorXd::Zero(g->nv);
     g->due.assign(k, 0);
     g->in_window.assign(k, 0);
     g->since.assign(k, 0.0);
