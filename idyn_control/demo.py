@@ -354,7 +354,8 @@ def controller_params(opts: DemoOptions) -> dict[str, Any]:
         "prediction_horizon": float(config.robot_parameter(spec, "prediction_horizon")),
         # the robot file's gait (as the lock-step runner's); /cmd_vel comes from the recorder
         # at 20 Hz (wall): a stall of it must not stop the trot
-        "gait": {**{k: float(v) for k, v in spec.gait.items()}, "cmd_vel_timeout": 2.0},
+        "gait": {**{k: float(v) if config.SPEC[f"gait.{k}"].type == config.DOUBLE else v
+                    for k, v in spec.gait.items()}, "cmd_vel_timeout": 2.0},
         "monitor_rate_hz": 1000.0,   # predicted wrenches and ~/state every tick, for scoring
         "diagnostics_rate_hz": 2.0,
     }

@@ -32,7 +32,7 @@ pytest.importorskip("rclpy")
 import yaml  # noqa: E402
 
 from conftest import NEW_ROBOTS, write_robot_file  # noqa: E402
-from idyn_control import robots  # noqa: E402
+from idyn_control import config, robots  # noqa: E402
 from idyn_control.demo import DemoOptions, controller_params  # noqa: E402
 
 #: a short balance (4 s): stand 0.5 s, one weight shift of 2 s (0.15 of the half stance width: the
@@ -65,7 +65,10 @@ def test_the_demos_gait_node_trots_the_robot_files_gait(name):
     spec = robots.spec(name)
     gait = controller_params(DemoOptions(robot=name).resolved())["idyn_controller"]["ros__parameters"]["gait"]
     assert spec.gait and {k: gait[k] for k in spec.gait} == spec.gait
-    assert all(isinstance(gait[k], float) for k in spec.gait)  # ROS doubles
+    # ROS types: doubles as doubles (a YAML 0 would be an integer), booleans as booleans
+    # (the quadruped's velocity_product: false, which the node refused as 0.0)
+    for k in spec.gait:
+        assert type(gait[k]) is (bool if config.SPEC[f"gait.{k}"].type == config.BOOL else float), (k, gait[k])
 
 
 @pytest.mark.parametrize("name", sorted(NEW_ROBOTS))
