@@ -606,6 +606,8 @@ def plot_figures(results: list[dict[str, Any]], out: Path) -> list[str]:
 
 # ====================================================================== command line
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from .sim import CONTACT_ESTIMATES  # not the simulator: the package's names load it lazily
+
     p.add_argument("name", choices=("seed000", "seed004", "faults"),
                    help="which experiment (seed004: idyn_control.experiments_seed004; faults: the quadruped "
                         "under lost, delayed and wrong inputs, a model mass error and a push, "
@@ -626,7 +628,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stabilization", default="none", choices=("none", "viip"),
                    help="the quadruped's balance stabilization (seed000; default none: README "
                         "'Balance stabilization' says why)")
-    p.add_argument("--contact-estimate", default="force", choices=("force", "touching"),
+    p.add_argument("--contact-estimate", default="force", choices=CONTACT_ESTIMATES,
                    help="the legged cells' contact estimate (seed000): force = a foot the ground pushed "
                         "over the last period (as the bridge node publishes), touching = the feet "
                         "MuJoCo's collision detection finds touching at the current state")

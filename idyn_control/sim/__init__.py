@@ -8,6 +8,11 @@ generators of :mod:`idyn_control.sim.tasks` import without it (the gait node run
 
 __all__ = ["INFINITE_FRICTION", "ContactGeom", "MujocoSim", "build_mujoco"]
 
+#: how the lock-step loop estimates which feet are in contact (``Scenario.contact_estimate``):
+#: force = a foot the ground pushed over the last period (as the bridge node publishes),
+#: touching = the feet MuJoCo's collision detection finds touching at the current state
+CONTACT_ESTIMATES = ("force", "touching")
+
 
 def __getattr__(name: str):
     if name in __all__:

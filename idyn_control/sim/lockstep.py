@@ -36,6 +36,7 @@ from .. import robots
 from ..controller import Command, Controller, ControllerConfig
 from ..errors import ConfigError
 from ..gait import Gait, GaitConfig, crouched_configuration
+from . import CONTACT_ESTIMATES
 from .metrics import Trace, compute_metrics
 from .mujoco_model import MujocoSim, build_mujoco
 from .faults import FaultInjector, Faults, scale_masses
@@ -51,7 +52,6 @@ FALL_TILT_RAD = 1.0
 #: force over the last control period [N] (the bridge node publishes the same estimate)
 CONTACT_THRESHOLD_N = 0.1
 #: the contact estimates a scenario can hand the controller (Scenario.contact_estimate)
-CONTACT_ESTIMATES = ("force", "touching")
 
 def formulation_options(robot, formulation: str) -> dict[str, Any]:
     """A robot's own defaults of a formulation's options (its file's

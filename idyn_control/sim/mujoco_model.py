@@ -232,14 +232,9 @@ class MujocoSim:
         self._normal[:] = 0.0
         for i in range(self.data.ncon):
             contact = self.data.contact[i]
-            g1, g2 = int(contact.geom[0]), int(contact.geom[1])
-            k = self._geom_to_contact.get(g2)
-            sign = 1.0  # mj_contactForce is the force geom1 exerts on geom2
+            k, sign = self._foot_of(contact)
             if k is None:
-                k = self._geom_to_contact.get(g1)
-                sign = -1.0
-                if k is None:
-                    continue
+                continue
             mujoco.mj_contactForce(self.model, self.data, i, self._wrench)
             out[k] += sign * (contact.frame.reshape(3, 3).T @ self._wrench[:3])
             self._normal[k] += self._wrench[0]
@@ -257,9 +252,7 @@ class MujocoSim:
         mujoco.mj_collision(self.model, self.data)
         for i in range(self.data.ncon):
             contact = self.data.contact[i]
-            k = self._geom_to_contact.get(int(contact.geom[1]))
-            if k is None:
-                k = self._geom_to_contact.get(int(contact.geom[0]))
+            k = self._foot_of(contact)[0]
             if k is not None and contact.dist < contact.includemargin:
                 out[k] = True
         return out
@@ -316,6 +309,16 @@ class MujocoSim:
         return depth
 
     # ------------------------------------------------------------------ helpers
+    def _foot_of(self, contact) -> tuple[int | None, float]:
+        """The contact sphere (index) one of MuJoCo's contacts is on, and the sign that turns
+        ``mj_contactForce`` (the force geom1 exerts on geom2) into the force on that sphere:
+        geom2 first (+1), then geom1 (−1); (None, 0) when neither geom is a contact sphere."""
+        k = self._geom_to_contact.get(int(contact.geom[1]))
+        if k is not None:
+            return k, 1.0
+        k = self._geom_to_contact.get(int(contact.geom[0]))
+        return (k, -1.0) if k is not None else (None, 0.0)
+
     def _contact(self, frame: str) -> ContactGeom:
         for c in self.contacts:
             if c.frame == frame:
