@@ -288,7 +288,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               (0.05, 0.95), read_only=True),
     ParamSpec("gait.step_height", _GAIT.step_height, DOUBLE, "swing apex height [m]", (0.0, 0.3), read_only=True),
     ParamSpec("gait.touchdown_depth", _GAIT.touchdown_depth, DOUBLE,
-              "the swing ends this far below the ground [m], so a foot lagging its reference still lands on time",
+              "the swing ends this far below the ground [m] (0: on it), so a foot lagging its reference "
+              "(gait.velocity_product false) still lands on time",
               (0.0, 0.1), read_only=True),
     ParamSpec("gait.touchdown_speed", _GAIT.touchdown_speed, DOUBLE,
               "the swing's reference ends going down this fast [m/s] (0: at rest), so a foot meets the ground "

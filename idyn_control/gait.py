@@ -64,7 +64,8 @@ class GaitConfig:
         max_step_correction: bound of that correction [m].
         max_position_error: horizontal distance the base reference may lead the measured
             base [m] (no wind-up when the robot lags).
-        touchdown_depth: the swing ends this far below the ground [m] so it lands firmly.
+        touchdown_depth: the swing ends this far below the ground [m] (0: on it), so a foot
+            that lags its reference (``velocity_product`` false) still lands on time.
         touchdown_speed: the swing's reference ends going down this fast [m/s] (0: at rest),
             so a foot meets the ground at that speed on time instead of crossing it early and
             fast, which a deeper ``touchdown_depth`` does (:func:`touchdown_ramp`).
@@ -102,7 +103,7 @@ class GaitConfig:
     feedback_gain: float | None = None
     max_step_correction: float = 0.04
     max_position_error: float = 0.03
-    touchdown_depth: float = 0.002
+    touchdown_depth: float = 0.0
     touchdown_speed: float = 0.0
     velocity_product: bool = True
     vertical_fraction: float = 0.125
