@@ -34,7 +34,7 @@ import numpy as np
 import pinocchio as pin
 
 from .errors import ConfigError, ShapeError
-from .linalg import solve_pd
+from .linalg import chol_solve, cholesky
 
 GRAVITY = 9.81  # [m/s²]
 #: fraction of μ g the commanded base acceleration may use: the rest of the friction
@@ -119,8 +119,8 @@ class GaitConfig:
     def validate(self, n_feet: int) -> None:
         for key in ("period", "step_height", "max_acceleration", "max_yaw_acceleration",
                     "max_step_correction", "max_position_error", "touchdown_depth", "ground_tolerance",
-                    "touchdown_speed", "late_descent_speed", "late_touchdown_time", "regain_contact_time", "stand_up_time",
-                    "stand_shift_speed"):
+                    "touchdown_speed", "late_descent_speed", "late_touchdown_time", "regain_contact_time",
+                    "stand_up_time", "stand_shift_speed"):
             value = getattr(self, key)
             if not (np.isfinite(value) and value >= 0.0):
                 raise ConfigError(key, value, "must be finite and ≥ 0")
@@ -644,7 +644,8 @@ class Gait:
             self.v_joint_ref[:] = sol[:, 0]
             self.a_joint_ref[:] = sol[:, 1]
             return
-        v[nb:] = self._damped_solve(J[:, nb:], rhs[:, :1])[:, 0]
+        factor = self._damped_factor(J[:, nb:])  # J is the same for both solves
+        v[nb:] = self._damped_solve(J[:, nb:], rhs[:, :1], factor)[:, 0]
         # J_j a_j = a_foot − J̇v (the drift at the reference velocity); without J̇v a swing
         # foot of the quadruped ended its swing 6 mm above its reference (median, trot)
         pin.forwardKinematics(pm, data, q, v, self._a_zero)
@@ -652,13 +653,19 @@ class Gait:
             rhs[3 * i:3 * i + 3, 1] = (self.foot_acceleration_ref[i]
                                        - pin.getFrameClassicalAcceleration(pm, data, f, lwa).linear)
         self.v_joint_ref[:] = v[nb:]
-        self.a_joint_ref[:] = self._damped_solve(J[:, nb:], rhs[:, 1:])[:, 0]
+        self.a_joint_ref[:] = self._damped_solve(J[:, nb:], rhs[:, 1:], factor)[:, 0]
 
-    def _damped_solve(self, Jj: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-        """Jjᵀ (Jj Jjᵀ + λI)⁻¹ rhs: least-norm joint motion, bounded near a straight leg."""
+    def _damped_factor(self, Jj: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """Jj Jjᵀ + λI and its Cholesky factor (None if not PD: never with λ > 0)."""
         A = Jj @ Jj.T
         A += self._ik_damping
-        return Jj.T @ solve_pd(A, rhs)
+        return A, cholesky(A)
+
+    def _damped_solve(self, Jj: np.ndarray, rhs: np.ndarray, factor=None) -> np.ndarray:
+        """Jjᵀ (Jj Jjᵀ + λI)⁻¹ rhs: least-norm joint motion, bounded near a straight leg
+        (``factor``: :meth:`_damped_factor` of the same Jj, when it solves more than once)."""
+        A, c = self._damped_factor(Jj) if factor is None else factor
+        return Jj.T @ (chol_solve(c, rhs) if c is not None else np.linalg.solve(A, rhs))
 
     def _write_references(self) -> None:
         ctrl = self.controller

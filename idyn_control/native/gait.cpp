@@ -380,18 +380,29 @@ void update_feet(Gait& g, double t, double dt, const double* q, const Vec3& v_wo
   }
 }
 
-// gait.py _damped_solve: Jjᵀ (Jj Jjᵀ + λI)⁻¹ rhs into out (Jj = the joint columns of J)
-template <typename Rhs, typename Out, typename Work>
-void damped_solve(Gait& g, const Rhs& rhs, Out& out, Work& work) {
+// gait.py _damped_factor: A = Jj Jjᵀ + λI and its Cholesky factor (Jj = the joint columns of J)
+void damped_factor(Gait& g) {
   const auto Jj = g.J.rightCols(g.na);
   g.A.noalias() = Jj * Jj.transpose();
   g.A.diagonal().array() += 1e-8;
   g.llt.compute(g.A);
+}
+
+// gait.py _damped_solve: Jjᵀ (Jj Jjᵀ + λI)⁻¹ rhs into out, with the factor of damped_factor
+template <typename Rhs, typename Out, typename Work>
+void factored_solve(Gait& g, const Rhs& rhs, Out& out, Work& work) {
+  const auto Jj = g.J.rightCols(g.na);
   if (g.llt.info() == Eigen::Success)
     work.noalias() = g.llt.solve(rhs);
   else
     work.noalias() = g.A.partialPivLu().solve(rhs);  // not positive definite: never with λ > 0
   out.noalias() = Jj.transpose() * work;
+}
+
+template <typename Rhs, typename Out, typename Work>
+void damped_solve(Gait& g, const Rhs& rhs, Out& out, Work& work) {
+  damped_factor(g);
+  factored_solve(g, rhs, out, work);
 }
 
 void solve_ik(Gait& g) {
@@ -437,8 +448,9 @@ void solve_ik(Gait& g) {
     }
     return;
   }
+  damped_factor(g);  // J is the same for both solves
   auto v_joint = g.sol.col(0);
-  damped_solve(g, g.rhs.col(0), v_joint, g.work_v);
+  factored_solve(g, g.rhs.col(0), v_joint, g.work_v);
   // J_j a_j = a_foot − J̇v (the drift at the reference velocity)
   g.v_ik.head(g.nb) = g.v_base;
   g.v_ik.tail(g.na) = v_joint;
@@ -448,7 +460,7 @@ void solve_ik(Gait& g) {
         Eigen::Map<const Vec3>(g.foot_acceleration_ref + 3 * i) -
         pin::getFrameClassicalAcceleration(m, d, g.feet_ids[i], pin::LOCAL_WORLD_ALIGNED).linear();
   auto a_joint = g.sol.col(1);
-  damped_solve(g, g.rhs.col(1), a_joint, g.work_v);
+  factored_solve(g, g.rhs.col(1), a_joint, g.work_v);
   for (int j = 0; j < g.na; ++j) {
     g.v_joint_ref[j] = g.sol(j, 0);
     g.a_joint_ref[j] = g.sol(j, 1);

@@ -51,7 +51,7 @@ FALL_TILT_RAD = 1.0
 #: contact estimate: a foot touches when the ground pushed it with more than this normal
 #: force over the last control period [N] (the bridge node publishes the same estimate)
 CONTACT_THRESHOLD_N = 0.1
-#: the contact estimates a scenario can hand the controller (Scenario.contact_estimate)
+
 
 def formulation_options(robot, formulation: str) -> dict[str, Any]:
     """A robot's own defaults of a formulation's options (its file's
