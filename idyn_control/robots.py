@@ -386,6 +386,18 @@ def _load_with_hand(s: RobotSpec, friction: float) -> RobotModel:
                                          effort_limits=s.effort_limit)
 
 
+def footprint_radius(model: RobotModel, q: np.ndarray) -> float:
+    """Farthest horizontal distance [m] of a contact frame from the base's origin at ``q``
+    (0 without contacts): how much flat ground a robot standing there needs."""
+    if not model.contact_frame_ids:
+        return 0.0
+    pm = model.pin_model
+    data = pm.createData()
+    pin.framesForwardKinematics(pm, data, q)
+    base = q[:2] if model.floating_base else np.zeros(2)
+    return max(float(np.hypot(*(data.oMf[i].translation[:2] - base))) for i in model.contact_frame_ids)
+
+
 def standing_configuration(model: RobotModel, ref: str | os.PathLike | RobotSpec, *, foot_height: float = 0.0):
     """A robot's standing (legged) or ready (arm) configuration: joints from its
     ``standing_pose`` and, for a floating base, the base height at which the lowest

@@ -6,6 +6,7 @@ import json
 import math
 
 import numpy as np
+import pinocchio as pin
 import pytest
 
 from idyn_control import cli, robots
@@ -102,6 +103,45 @@ def test_heightmap_is_surrounded_by_flat_ground():
         dist = mujoco.mj_ray(sim.model, sim.data, np.array([x, y, 1.0]), np.array([0.0, 0.0, -1.0]), None, 1, -1, geom)
         assert 1.0 - dist == pytest.approx(hm.height(x, y), abs=2e-4)
         assert sim.model.geom_friction[geom[0], 0] == pytest.approx(hm.friction(x, y))
+
+
+@pytest.mark.parametrize("robot", ["quadruped", "solo12", "anymal_c", "hyq"])
+def test_the_heightmaps_flat_start_holds_the_robots_feet(robot, tmp_path):
+    """Every foot of the standing robot is on the flat start with START_CLEARANCE_M to spare
+    (HyQ's stood up to 29 mm inside a bump of seed 0's map), the map grows by as much, so
+    the bumpy ring is as wide as seed 000's, and the project quadruped's maps are seed 000's."""
+    from conftest import NEW_ROBOTS, write_robot_file
+    from idyn_control.sim.terrain import START_CLEARANCE_M, HeightMapConfig, heightmap_config, make_terrain
+
+    source = write_robot_file(tmp_path, robot) if robot in NEW_ROBOTS else robot
+    model = robots.load(source)
+    q = robots.standing_configuration(model, source)
+    footprint = robots.footprint_radius(model, q)
+    default = HeightMapConfig()
+    config = heightmap_config(footprint)
+    assert config.flat_radius_m >= footprint + START_CLEARANCE_M - 1e-12
+    assert config.size_m / 2 - config.flat_radius_m >= default.size_m / 2 - default.flat_radius_m - 1e-12
+    if robot == "quadruped":
+        assert config == default
+        assert np.array_equal(make_terrain("heightmap", 0, footprint).heights, HeightMap(seed=0).heights)
+    data = model.pin_model.createData()
+    pin.framesForwardKinematics(model.pin_model, data, q)
+    for seed in range(3):
+        terrain = make_terrain("heightmap", seed, footprint)
+        for f in model.contact_frame_ids:
+            x, y = data.oMf[f].translation[:2]
+            for dx, dy in ((0.0, 0.0), (0.05, 0.0), (-0.05, 0.0), (0.0, 0.05), (0.0, -0.05)):
+                assert terrain.height(x + dx, y + dy) == 0.0
+        assert 0.5 * default.bump_height_m < terrain.heights.max() <= default.bump_height_m + 1e-12  # bumps
+
+
+def test_heightmap_config_refuses_a_negative_footprint():
+    from idyn_control.errors import ConfigError
+    from idyn_control.sim.terrain import heightmap_config
+
+    for bad in (-0.1, math.nan, math.inf):
+        with pytest.raises(ConfigError, match="footprint_m"):
+            heightmap_config(bad)
 
 
 @pytest.mark.parametrize("robot", ["quadruped", "go2"])

@@ -211,12 +211,15 @@ class LockstepRunner:
         friction = 1e3 if s.friction == math.inf else s.friction
         self.spec = spec = robots.spec(s.robot)
         self.robot = robots.load(spec, friction=friction if (spec.contact_frames or spec.hand) else None)
-        self.terrain = make_terrain(s.terrain, s.terrain_seed)
+        self.grasp = self.robot.free_box is not None
+        self.legged = self.robot.floating_base and not self.grasp
+        # a height map's flat start holds the feet where the robot stands up
+        footprint = robots.footprint_radius(self.robot, robots.standing_configuration(self.robot, spec)) \
+            if self.legged else 0.0
+        self.terrain = make_terrain(s.terrain, s.terrain_seed, footprint)
         self.sim: MujocoSim = build_mujoco(self.robot, friction=s.friction, compliant=s.compliant,
                                            timestep=s.dt / s.substeps, terrain=self.terrain)
         self.surface_updates = 0  # contact normal/μ changes passed to the controller
-        self.grasp = self.robot.free_box is not None
-        self.legged = self.robot.floating_base and not self.grasp
         if self.grasp:
             arm = [spec.standing_joints[j] for j in self.robot.joint_names if "finger" not in j]
             self.q_start = grasp_configuration(self.robot, np.array(arm), self.sim.contacts[0].radius,

@@ -15,7 +15,8 @@ samples, so the surface is continuous across patches.
 Heights are a sum of Gaussian bumps drawn from the seed, scaled so that the highest point
 is ``bump_height_m`` above the flat level z = 0 (lower when it lies within ``border_m`` of
 the edge), and faded to flat within
-``flat_radius_m`` of the origin (where the robot stands up). Between grid samples the
+``flat_radius_m`` of the origin (where the robot stands up: :func:`heightmap_config` widens
+it to the robot's feet, and the map with it). Between grid samples the
 height is bilinear; the normal is constant per grid cell (from the cell's mean slope).
 
 The map is ``size_m`` square; flat ground with μ = ``outside_mu`` surrounds it at z = 0,
@@ -28,13 +29,15 @@ at 0.2 m/s reaches it in 5 s).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..errors import ConfigError, UnknownNameError
 
 TERRAINS = ("plane", "heightmap")
+#: the flat start reaches this far beyond the farthest foot [m] (foot spheres are ≤ 4 cm)
+START_CLEARANCE_M = 0.07
 _UP = np.array([0.0, 0.0, 1.0])
 _UP.flags.writeable = False
 
@@ -191,10 +194,29 @@ class HeightMap:
                 yield row, col, centre, block, float(self.mu[row, col])
 
 
-def make_terrain(name: str, seed: int = 0) -> HeightMap | None:
-    """``"plane"`` → None (the flat ground plane); ``"heightmap"`` → a seeded :class:`HeightMap`."""
+def heightmap_config(footprint_m: float = 0.0) -> HeightMapConfig:
+    """Seed 000's map for a robot whose feet stand within ``footprint_m`` [m] of the origin
+    (:func:`~idyn_control.robots.footprint_radius`): the flat start covers them with
+    ``START_CLEARANCE_M`` to spare, and the map grows by as much on every side, so the rough
+    ring between the start and the border is as wide as the paper's. The project
+    quadruped's feet (0.15 m) fit the default's 0.22 m: its maps are seed 000's. Before, the
+    feet of larger robots started inside the bumps (HyQ's 29 mm deep on seed 0, ANYmal C's
+    15 mm, B1's 16 mm), MuJoCo pushed them out sideways, and HyQ fell at 2.6 s."""
+    base = HeightMapConfig()
+    if not (np.isfinite(footprint_m) and footprint_m >= 0.0):
+        raise ConfigError("footprint_m", footprint_m, "must be finite and ≥ 0 [m]")
+    grow = footprint_m + START_CLEARANCE_M - base.flat_radius_m
+    if grow <= 0.0:
+        return base
+    patches = math.ceil((base.size_m + 2.0 * grow) / base.patch_m - 1e-9)
+    return replace(base, flat_radius_m=base.flat_radius_m + grow, size_m=round(patches * base.patch_m, 9))
+
+
+def make_terrain(name: str, seed: int = 0, footprint_m: float = 0.0) -> HeightMap | None:
+    """``"plane"`` → None (the flat ground plane); ``"heightmap"`` → a seeded :class:`HeightMap`
+    whose flat start holds feet within ``footprint_m`` [m] of the origin (:func:`heightmap_config`)."""
     if name == "plane":
         return None
     if name == "heightmap":
-        return HeightMap(seed=seed)
+        return HeightMap(heightmap_config(footprint_m), seed=seed)
     raise UnknownNameError("terrain", name, TERRAINS)
