@@ -297,6 +297,10 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("gait.velocity_product", _GAIT.velocity_product, BOOL,
               "the gait's joint accelerations carry the feet's velocity-product term (J_j a_j = a_foot − J̇v); "
               "false: a_foot alone, as seed 000's pipeline (Pacer) computes them", read_only=True),
+    ParamSpec("gait.touchdown_reach", _GAIT.touchdown_reach, DOUBLE,
+              "a contact before the swing's final descent ends the swing only within this fraction of the "
+              "swing's travel from its foothold (farther, the foot tripped and swings on); 10: any contact",
+              (0.0, 10.0), read_only=True),
     ParamSpec("gait.late_descent_speed", _GAIT.late_descent_speed, DOUBLE,
               "a swing foot that has not met the ground when its swing ends keeps going down this fast "
               "[m/s] (for at most 0.1 s) before it is declared stance", (0.0, 2.0), read_only=True),
@@ -334,8 +338,8 @@ SPEC: dict[str, ParamSpec] = {p.name: p for p in PARAMETERS}
 CONTROLLER_FIELDS: dict[str, str] = {p.name: p.controller_field for p in PARAMETERS if p.controller_field}
 #: parameters that map onto GaitConfig fields (the robot's gait)
 GAIT_FIELDS = frozenset(("gait.period", "gait.duty_factor", "gait.step_height", "gait.touchdown_depth",
-                         "gait.touchdown_speed", "gait.velocity_product", "gait.late_descent_speed",
-                         "gait.vertical_fraction"))
+                         "gait.touchdown_speed", "gait.velocity_product", "gait.touchdown_reach",
+                         "gait.late_descent_speed", "gait.vertical_fraction"))
 #: gait.balance.<field> → BalanceConfig.<field> (gait.task balance)
 BALANCE_PREFIX = "gait.balance."
 

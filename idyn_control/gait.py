@@ -84,6 +84,13 @@ class GaitConfig:
             when the gait decides whether the other feet may lift, even if it reads no
             contact (unloaded).
         early_touchdown: fraction of the swing after which a sensed contact ends it.
+        touchdown_reach: before the swing's final descent (the last ``vertical_fraction``),
+            a contact ends it only within this fraction of the swing's horizontal travel
+            (of ``step_height`` for a swing in place) from its foothold; farther, the foot
+            tripped and swings on to its foothold. Planted where it tripped, the next swing
+            of that foot was longer still: ANYmal C's hind feet tripped ever earlier at
+            0.4 m/s (9, 19, 56 … 316 mm short) until it fell. 10: any contact (feet that
+            lag their references far, as ``pid``'s on the quadruped, land where they touch).
         late_descent_speed: how fast a swing foot that missed the ground keeps going down
             [m/s], for at most ``late_touchdown_time`` [s], before it is declared stance.
         regain_contact_time: a planted foot that has not touched the ground for this long
@@ -109,6 +116,7 @@ class GaitConfig:
     vertical_fraction: float = 0.125
     ground_tolerance: float = 0.001
     early_touchdown: float = 0.5
+    touchdown_reach: float = 0.25
     late_descent_speed: float = 0.1
     late_touchdown_time: float = 0.1
     regain_contact_time: float = 0.01
@@ -119,7 +127,8 @@ class GaitConfig:
     def validate(self, n_feet: int) -> None:
         for key in ("period", "step_height", "max_acceleration", "max_yaw_acceleration",
                     "max_step_correction", "max_position_error", "touchdown_depth", "ground_tolerance",
-                    "touchdown_speed", "late_descent_speed", "late_touchdown_time", "regain_contact_time",
+                    "touchdown_speed", "touchdown_reach", "late_descent_speed", "late_touchdown_time",
+                    "regain_contact_time",
                     "stand_up_time", "stand_shift_speed"):
             value = getattr(self, key)
             if not (np.isfinite(value) and value >= 0.0):
@@ -532,7 +541,7 @@ class Gait:
                 self.foot_acceleration_ref[i] = 0.0
                 continue
             s = (t - self._swing_start[i]) / Ts
-            if mask[i] and s >= c.early_touchdown:  # touchdown (early or on time)
+            if mask[i] and s >= c.early_touchdown and self._landing(i, s, feet[i]):  # touchdown (early or on time)
                 self._plant(i, feet[i])
                 continue
             # the foot travels to its foothold over the middle [f, 1 − f] of the swing
@@ -566,6 +575,18 @@ class Gait:
                 self.foot_acceleration_ref[i] = 0.0
                 if late >= c.late_touchdown_time:
                     self._plant(i, feet[i])
+
+    def _landing(self, i: int, s: float, foot: np.ndarray) -> bool:
+        """Whether a contact of swinging foot ``i`` at swing phase ``s`` is its landing: in
+        the swing's final descent, or within ``touchdown_reach`` of the travel from its
+        foothold. Farther, the foot tripped (it lags its reference): it swings on to its
+        foothold instead of being planted short, which made the next swing longer still."""
+        c = self.config
+        if s >= 1.0 - c.vertical_fraction:
+            return True
+        target, start = self._touchdown[i], self._liftoff[i]
+        travel = math.hypot(target[0] - start[0], target[1] - start[1])
+        return math.hypot(target[0] - foot[0], target[1] - foot[1]) <= c.touchdown_reach * max(travel, self._swing_height[i])
 
     def _plant(self, i: int, position: np.ndarray) -> None:
         self.swinging[i] = False

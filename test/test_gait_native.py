@@ -261,3 +261,38 @@ def test_compiled_tick_samples_a_joint_trajectory_as_the_node_does(velocities):
     tick.set_trajectory(traj_over, *full)
     tick.plan()
     assert tick.run(0.0, q0, np.zeros(model.nv), mask, 0.0, tau) == 3
+
+
+@pytest.mark.parametrize("reach, lands_at", [(0.25, 0.875), (10.0, 0.55)])
+@pytest.mark.parametrize("compiled", [False, True], ids=["python", "compiled"])
+def test_a_foot_that_trips_mid_swing_swings_on_to_its_foothold(reach, lands_at, compiled):
+    """A swinging foot that reads contact far from its foothold mid-swing (here: still at its
+    lift-off point, 0.4 m/s) tripped: with ``touchdown_reach`` 0.25 it swings on, and the
+    contact lands it only in the final descent (the last ``vertical_fraction``); with 10
+    (the quadruped's file) the first contact after ``early_touchdown`` lands it. Python and
+    compiled gaits alike."""
+    runner = LockstepRunner(Scenario(robot="go2", formulation="qp_coulomb", duration=0.01,
+                                     gait_config={"touchdown_reach": reach}))
+    config = runner.gait.config
+    assert config.early_touchdown == 0.5 and 1.0 - config.vertical_fraction == 0.875
+    gait = Gait(controller(runner), runner.q_standing, config)
+    if compiled:
+        gait = CompiledGait(gait)
+    q, v = runner.q_standing, np.zeros(runner.robot.nv)
+    gait.reset(0.0, q, v)
+    gait.start(0.0)
+    gait.set_velocity(0.4, 0.0, 0.0)
+    landed: dict[int, float] = {}
+    mask = np.ones(gait.n_feet, dtype=bool)
+    for n in range(1200):
+        t = n * 1e-3
+        s = np.where(gait.swinging, (t - gait._swing_start) / gait.swing_duration, -1.0)
+        # planted feet read contact; a swinging one from 55 % of its swing on (a trip, then the
+        # descent), once the velocity has ramped up (0.4 s at 1 m/s²)
+        mask[:] = ~gait.swinging | ((s >= 0.55) & (gait._swing_start >= 0.5))
+        was = gait.swinging.copy()
+        gait.update(t, q, v, mask)
+        for i in np.flatnonzero(was & ~gait.swinging & (gait._swing_start >= 0.5)):
+            landed.setdefault(i, s[i])
+    assert len(landed) == gait.n_feet
+    np.testing.assert_allclose(list(landed.values()), lands_at, atol=0.02)

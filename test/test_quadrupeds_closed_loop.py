@@ -128,3 +128,28 @@ def test_a_large_quadruped_starts_on_the_flat_and_trots_over_the_heightmaps_bump
             if tr.contact[i, k]:
                 stood = max(stood, runner.terrain.height(*data.oMf[f].translation[:2]))
     assert stood > 0.005, stood
+
+
+@pytest.mark.parametrize("formulation, velocity", [("qp_coulomb", (0.4, 0.0, 0.0)), ("qp_coulomb", (0.1, 0.0, 0.5)),
+                                                   ("wbc_qp", (0.1, 0.0, 0.5)), ("wbc_qp", (0.0, 0.0, 0.8))])
+def test_anymal_c_trots_faster_and_turns_without_tripping_over_its_hind_feet(formulation, velocity):
+    """ANYmal C at 0.4 m/s (its file's ``qp_coulomb``) and turning at 0.5 rad/s: its hind
+    feet touch the ground mid-swing, and planted there they landed ever shorter of their
+    footholds (9, 19, 56 … 316 mm) until it fell at 4.1 s at 0.4 m/s (``wbc_qp`` turning fell
+    at 2.6 s). With ``gait.touchdown_reach`` they swing on. Turning in place, ``wbc_qp`` fell
+    at 2.5 s after one tick in which both stance feet left the rigid ground: its file ramps a
+    broken contact's force bound down over 5 ms (``controller.contact_ramp_time``). No fall,
+    the commanded velocity, the predicted summed normal force within 10 %."""
+    run = run_scenario(Scenario(robot="anymal_c", formulation=formulation, duration=6.0, trot_start=1.0,
+                                velocity=velocity, compiled=True))
+    m, tr = run.metrics, run.trace
+    assert not m["fell"], m
+    assert m["compiled_tick_fraction"] > 0.999
+    late = tr.t[:tr.n] >= 2.0
+    q = tr.q[:tr.n][late]
+    span = tr.t[:tr.n][late][-1] - tr.t[:tr.n][late][0]
+    yaw = np.unwrap(2.0 * np.arctan2(q[:, 5], q[:, 6]))
+    assert (yaw[-1] - yaw[0]) / span == pytest.approx(velocity[2], abs=0.05)
+    if velocity[2] == 0.0:
+        assert (q[-1, 0] - q[0, 0]) / span == pytest.approx(velocity[0], rel=0.1)
+    assert m["force_error_sum_rel"] < 0.1, m

@@ -59,7 +59,7 @@ enum ConfigSlot {
   C_MAX_STEP_CORRECTION, C_MAX_POSITION_ERROR, C_TOUCHDOWN_DEPTH, C_GROUND_TOLERANCE, C_EARLY_TOUCHDOWN,
   C_LATE_DESCENT_SPEED, C_LATE_TOUCHDOWN_TIME, C_REGAIN_CONTACT_TIME, C_STAND_UP_TIME, C_STAND_SHIFT_SPEED,
   C_IK_ITERATIONS, C_SWING_DURATION, C_STANCE_DURATION, C_CMD_VEL_TIMEOUT, C_VERTICAL_FRACTION, C_TOUCHDOWN_SPEED,
-  C_VELOCITY_PRODUCT, C_SCALARS
+  C_VELOCITY_PRODUCT, C_TOUCHDOWN_REACH, C_SCALARS
 };
 // native/gait.py STATE, the scalars first (NaN stands for Python's None; mode 0 stand, 1 trot)
 enum StateScalar {
@@ -264,6 +264,17 @@ void update_schedule(Gait& g, double t, const std::uint8_t* mask) {
   }
 }
 
+// gait.py Gait._landing: a contact in the final descent, or within touchdown_reach of the
+// travel from the foothold, lands the foot; farther, it tripped and swings on
+bool landing(const Gait& g, int i, double s) {
+  if (s >= 1.0 - g.c(C_VERTICAL_FRACTION)) return true;
+  const double* target = g.touchdown + 3 * i;
+  const double* start = g.liftoff + 3 * i;
+  const double travel = std::hypot(target[0] - start[0], target[1] - start[1]);
+  const double miss = std::hypot(target[0] - g.feet(i, 0), target[1] - g.feet(i, 1));
+  return miss <= g.c(C_TOUCHDOWN_REACH) * std::max(travel, g.c(C_STEP_HEIGHT));
+}
+
 void plant(Gait& g, int i) {
   g.swinging[i] = 0.0;
   double* p = g.stance_position + 3 * i;
@@ -330,7 +341,7 @@ void update_feet(Gait& g, double t, double dt, const double* q, const Vec3& v_wo
       continue;
     }
     const double s = (t - g.swing_start[i]) / Ts;
-    if (mask[i] && s >= g.c(C_EARLY_TOUCHDOWN)) {  // touchdown (early or on time)
+    if (mask[i] && s >= g.c(C_EARLY_TOUCHDOWN) && landing(g, i, s)) {  // touchdown (early or on time)
       plant(g, i);
       continue;
     }

@@ -26,7 +26,7 @@ CONFIG = ("period", "duty_factor", "step_height", "max_acceleration", "max_yaw_a
           "max_step_correction", "max_position_error", "touchdown_depth", "ground_tolerance", "early_touchdown",
           "late_descent_speed", "late_touchdown_time", "regain_contact_time", "stand_up_time", "stand_shift_speed",
           "ik_iterations", "swing_duration", "stance_duration", "cmd_vel_timeout", "vertical_fraction",
-          "touchdown_speed", "velocity_product")
+          "touchdown_speed", "velocity_product", "touchdown_reach")
 #: the state, in gait.cpp's order: Gait attribute, shape ("k": per foot, "k3": per foot xyz,
 #: "na": per joint, "nq": a configuration); None is NaN, mode 0 "stand" / 1 "trot"
 STATE = (("mode", 1), ("_stop_requested", 1), ("_t_stopped", 1), ("_t_cycle0", 1), ("_t_prev", 1),
