@@ -128,8 +128,7 @@ class GaitConfig:
         for key in ("period", "step_height", "max_acceleration", "max_yaw_acceleration",
                     "max_step_correction", "max_position_error", "touchdown_depth", "ground_tolerance",
                     "touchdown_speed", "touchdown_reach", "late_descent_speed", "late_touchdown_time",
-                    "regain_contact_time",
-                    "stand_up_time", "stand_shift_speed"):
+                    "regain_contact_time", "stand_up_time", "stand_shift_speed"):
             value = getattr(self, key)
             if not (np.isfinite(value) and value >= 0.0):
                 raise ConfigError(key, value, "must be finite and ≥ 0")
@@ -586,7 +585,8 @@ class Gait:
             return True
         target, start = self._touchdown[i], self._liftoff[i]
         travel = math.hypot(target[0] - start[0], target[1] - start[1])
-        return math.hypot(target[0] - foot[0], target[1] - foot[1]) <= c.touchdown_reach * max(travel, self._swing_height[i])
+        miss = math.hypot(target[0] - foot[0], target[1] - foot[1])
+        return miss <= c.touchdown_reach * max(travel, self._swing_height[i])
 
     def _plant(self, i: int, position: np.ndarray) -> None:
         self.swinging[i] = False
