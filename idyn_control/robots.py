@@ -398,6 +398,14 @@ def footprint_radius(model: RobotModel, q: np.ndarray) -> float:
     return max(float(np.hypot(*(data.oMf[i].translation[:2] - base))) for i in model.contact_frame_ids)
 
 
+def standing_footprint(model: RobotModel, ref: str | os.PathLike | RobotSpec) -> float:
+    """:func:`footprint_radius` at the standing configuration of a legged robot (a floating
+    base that is no grasped box); 0 for others: the flat ground a height map must start with."""
+    if not model.floating_base or model.free_box is not None:
+        return 0.0
+    return footprint_radius(model, standing_configuration(model, ref))
+
+
 def standing_configuration(model: RobotModel, ref: str | os.PathLike | RobotSpec, *, foot_height: float = 0.0):
     """A robot's standing (legged) or ready (arm) configuration: joints from its
     ``standing_pose`` and, for a floating base, the base height at which the lowest

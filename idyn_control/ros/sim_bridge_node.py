@@ -188,9 +188,7 @@ class SimBridgeNode(Node):
         self.robot = robots.load(spec, friction=None if math.isinf(friction) else friction) \
             if spec.contact_frames else robots.load(spec)
         m = self.robot
-        footprint = robots.footprint_radius(m, robots.standing_configuration(m, spec)) \
-            if m.floating_base and m.free_box is None else 0.0
-        terrain = make_terrain(str(get("terrain")), int(get("terrain_seed")), footprint)
+        terrain = make_terrain(str(get("terrain")), int(get("terrain_seed")), robots.standing_footprint(m, spec))
         self.sim = build_mujoco(m, friction=friction, compliant=bool(get("compliant")),
                                 timestep=self.period_s / self.substeps, terrain=terrain)
         joints = [j for j in get("command_joints") if j]

@@ -214,9 +214,7 @@ class LockstepRunner:
         self.grasp = self.robot.free_box is not None
         self.legged = self.robot.floating_base and not self.grasp
         # a height map's flat start holds the feet where the robot stands up
-        footprint = robots.footprint_radius(self.robot, robots.standing_configuration(self.robot, spec)) \
-            if self.legged else 0.0
-        self.terrain = make_terrain(s.terrain, s.terrain_seed, footprint)
+        self.terrain = make_terrain(s.terrain, s.terrain_seed, robots.standing_footprint(self.robot, spec))
         self.sim: MujocoSim = build_mujoco(self.robot, friction=s.friction, compliant=s.compliant,
                                            timestep=s.dt / s.substeps, terrain=self.terrain)
         self.surface_updates = 0  # contact normal/μ changes passed to the controller
