@@ -40,6 +40,19 @@ def tangent_basis(normal: np.ndarray) -> np.ndarray:
     return np.vstack((t1, t2, n))
 
 
+#: the largest μ a friction pyramid gets: a larger one (a node's ``contacts.friction`` or
+#: ``~/contact_ground`` may say up to 1000; the lock-step loop tells a μ = ∞ ground as 1000)
+#: is clamped to it. No ground grips harder than μ ≈ 2, and the pyramid must still bound
+#: the tangential forces: with μ 1000, Stage I of ``qp_coulomb`` met its base wrench with
+#: equal and opposite forces of 10³–10⁶ N along the line between two stance feet (the null
+#: direction of the wrench map, tilted by the feet's few millimetres of height difference,
+#: so they shift normal force between the feet), and Go1 and HyQ fell or predicted their
+#: forces 10–400 % off on compliant μ∞ ground from most trot starts. Seed 000's μ∞ cells
+#: give the same results with 2, 10 and 100 (and QP,μ's E|Δτ| on compliant μ∞ falls from
+#: 56 to 17 N·m/s).
+MU_MAX = 10.0
+
+
 def pyramid_rows(basis: np.ndarray, mu: float) -> np.ndarray:
     """Rows ``D`` with ``D f ≤ 0`` ⇔ f (world) inside the friction pyramid.
 
@@ -128,9 +141,10 @@ class ContactSet:
     def set_friction(self, index: int, mu: float) -> None:
         """Change μ of one contact: rebuilds its pyramid rows and bumps :attr:`version`, so
         the formulations rebuild their friction blocks on the next solve (not a per-tick
-        operation)."""
+        operation). μ above :data:`MU_MAX` is clamped to it."""
         if not (math.isfinite(mu) and mu > 0.0):
             raise ConfigError("mu", mu, "must be finite and > 0")
+        mu = min(mu, MU_MAX)
         self.mu[index] = mu
         self.friction_rows[index] = pyramid_rows(self.basis[index], mu)
         self.version += 1
@@ -151,7 +165,7 @@ class ContactSet:
         if not (math.isfinite(mu) and mu > 0.0):
             raise ConfigError("mu", mu, "must be finite and > 0")
         last = self._surface_normal[index]
-        if mu == self.mu[index] and normal[0] == last[0] and normal[1] == last[1] and normal[2] == last[2]:
+        if min(mu, MU_MAX) == self.mu[index] and normal[0] == last[0] and normal[1] == last[1] and normal[2] == last[2]:
             return False
         last[:] = normal
         self.basis[index] = tangent_basis(normal)

@@ -7,7 +7,7 @@ import pinocchio as pin
 import pytest
 
 from idyn_control import RobotModel, robots
-from idyn_control.contacts import ContactSet, pyramid_rows, tangent_basis
+from idyn_control.contacts import MU_MAX, ContactSet, pyramid_rows, tangent_basis
 from idyn_control.dynamics import DynamicsTerms
 
 from conftest import ALL_ROBOTS, FLOATING, random_state
@@ -65,6 +65,21 @@ def test_friction_pyramid_rows():
     assert (rows @ np.array([0.2, -0.2, 1.0]) <= 0).all()           # inside
     assert (rows @ np.array([0.6, 0.0, 1.0]) > 0).any()             # slides
     assert (rows @ np.array([0.0, 0.0, -1.0]) > 0).any()            # pulls
+
+
+def test_a_friction_above_mu_max_is_clamped_and_set_again_rebuilds_nothing(load_robot):
+    """μ 1000 (a node's contacts.friction or ~/contact_ground may say so; the lock-step loop
+    tells a μ = ∞ ground so) becomes MU_MAX: the pyramid still bounds the tangential force."""
+    cs = ContactSet(load_robot("solo12"))
+    up = np.array([0.0, 0.0, 1.0])
+    cs.set_friction(0, 1000.0)
+    assert cs.mu[0] == MU_MAX and 2.0 <= MU_MAX <= 100.0
+    assert (cs.friction_rows[0] @ np.array([0.9 * MU_MAX, 0.0, 1.0]) <= 0).all()
+    assert (cs.friction_rows[0] @ np.array([1.1 * MU_MAX, 0.0, 1.0]) > 0).any()
+    assert cs.set_surface(1, up, 1000.0) and not cs.set_surface(1, up, 1000.0)  # no rebuild every tick
+    assert cs.mu[1] == MU_MAX
+    cs.set_friction(2, 0.7)
+    assert cs.mu[2] == 0.7
 
 
 @pytest.mark.parametrize("robot", ALL_ROBOTS)
