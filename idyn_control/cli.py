@@ -230,13 +230,13 @@ def main(argv=None) -> int:
     p.add_argument("--speed", type=float, default=0.2, help="forward speed command [m/s]")
     p.add_argument("--friction", type=float, default=0.7, help="ground μ (inf = no slip)")
     p.add_argument("--compliant", action="store_true", help="compliant ground (≈1 mm at rest)")
-    p.add_argument("--terrain", default="plane", choices=("plane", "heightmap"),
-                   help="heightmap: seed 000's rigid 3 cm bumps with per-patch μ ~ U(0.1, 1.5) "
-                        "(--friction and --compliant unused)")
+    p.add_argument("--terrain", default="plane", choices=("plane", "heightmap", "ramp"),
+                   help="heightmap: seed 000's rigid 3 cm bumps with per-patch μ ~ U(0.1, 1.5); ramp: 10° up, "
+                        "a flat top, 10° down, μ 0.8 (either: --friction and --compliant unused)")
     p.add_argument("--terrain-seed", type=int, default=0, help="seed of the height map")
     p.add_argument("--blind", action="store_true",
-                   help="heightmap: do not tell the controller the normal and μ under its feet (it assumes "
-                        "flat ground and --friction)")
+                   help="heightmap, ramp: do not tell the controller the normal and μ under its feet (it "
+                        "assumes flat ground and --friction)")
     p.add_argument("--no-ros", action="store_true", help="lock-step in one process, no ROS")
     p.add_argument("--task", default="auto", choices=("auto", "trot", "balance"),
                    help="trot, or balance (stand, shift the weight, squat); auto: balance for a robot on flat "

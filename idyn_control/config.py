@@ -297,6 +297,10 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("gait.velocity_product", _GAIT.velocity_product, BOOL,
               "the gait's joint accelerations carry the feet's velocity-product term (J_j a_j = a_foot − J̇v); "
               "false: a_foot alone, as seed 000's pipeline (Pacer) computes them", read_only=True),
+    ParamSpec("gait.follow_ground", _GAIT.follow_ground, BOOL,
+              "the gait fits a plane through the footholds: the swings aim at it and the base keeps its standing "
+              "height above it (ramps, slopes); false: the ground stays at the level the robot started on",
+              read_only=True),
     ParamSpec("gait.touchdown_reach", _GAIT.touchdown_reach, DOUBLE,
               "a contact before the swing's final descent ends the swing only within this fraction of the "
               "swing's travel from its foothold (farther, the foot tripped and swings on); 10: any contact",
@@ -339,7 +343,7 @@ CONTROLLER_FIELDS: dict[str, str] = {p.name: p.controller_field for p in PARAMET
 #: parameters that map onto GaitConfig fields (the robot's gait)
 GAIT_FIELDS = frozenset(("gait.period", "gait.duty_factor", "gait.step_height", "gait.touchdown_depth",
                          "gait.touchdown_speed", "gait.velocity_product", "gait.touchdown_reach",
-                         "gait.late_descent_speed", "gait.vertical_fraction"))
+                         "gait.follow_ground", "gait.late_descent_speed", "gait.vertical_fraction"))
 #: gait.balance.<field> → BalanceConfig.<field> (gait.task balance)
 BALANCE_PREFIX = "gait.balance."
 

@@ -118,7 +118,10 @@ class DemoOptions:
         if self.terrain not in TERRAINS:
             raise ConfigError("terrain", self.terrain, f"must be one of {TERRAINS}")
         if self.terrain != "plane" and self.compliant:
-            raise ConfigError("compliant", self.compliant, "the height map is rigid (seed 000 §7.5)")
+            raise ConfigError("compliant", self.compliant, f"the {self.terrain} is rigid")
+        if self.terrain == "ramp" and not robots.spec(self.robot).gait.get("follow_ground", True):
+            raise ConfigError("robot", self.robot, "walks a ramp only with gait.follow_ground true (its file sets "
+                              "it false): try --robot solo12, go2 or anymal_c")
         # flat feet start standing: from a crouch G1's soles land on their edges
         crouch = 0.0 if flat_feet else self.crouch
         return replace(self, task=task, crouch=crouch, speed=0.0 if task == "balance" else self.speed)

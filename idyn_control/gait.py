@@ -41,6 +41,17 @@ GRAVITY = 9.81  # [m/s²]
 #: pyramid (inscribed, seed 000 eq. 72) is left to the swing legs' reactions and feedback
 FRICTION_ACCELERATION = 0.25
 MODES = ("stand", "trot")
+#: steepest ground the footholds' plane may describe (``follow_ground``): 45°
+MAX_GROUND_SLOPE = 1.0
+#: the plane fit's ridge on the slope, relative to the footholds' spread: two feet side by
+#: side (or in line) say nothing about the slope across them, which then stays 0
+GROUND_RIDGE = 0.01
+#: footholds all within this of the level the robot stood up on [m] are that level: flat
+#: ground (``follow_ground``) is then followed exactly as without it. Compliant ground sinks
+#: 1–3 mm more under a trot's two feet than standing, and a lagging foot lands a few mm
+#: deep: aimed at those footholds, ANYmal C's ``pid`` swings landed deeper and it trotted
+#: 8 % slower on compliant μ∞ ground
+GROUND_DEADBAND = 0.005
 
 
 @dataclass
@@ -74,6 +85,14 @@ class GaitConfig:
             its end). False: J_j a_j = a_foot alone, as Pacer's inverse kinematics computes
             them (seed 000's pipeline); the swing feet then lag their references (quadruped,
             Solo12, Go2: 4–9 mm at the swing's end, median).
+        follow_ground: the gait learns the ground's slope and height from where the feet
+            land, a plane through the footholds (a known terrain still gives the
+            footholds' heights, ``set_terrain``): the swings aim at it and the base keeps
+            its standing height above it, so the robot walks up and down a ramp (before,
+            the base kept the height it started at: on a 5° ramp the project quadruped
+            crouched onto its legs after 0.8 m and fell). A foot is then planted where it
+            touched, up to ``step_height`` above the ground it expected. False: the ground
+            stays at the level the robot started on (seed 000's pipeline).
         vertical_fraction: the first and the last this fraction of a swing move the foot
             only up and down; it travels to its foothold in between, so it leaves and meets
             the ground vertically, as Pacer's swing spline does (control points above the
@@ -113,6 +132,7 @@ class GaitConfig:
     touchdown_depth: float = 0.0
     touchdown_speed: float = 0.0
     velocity_product: bool = True
+    follow_ground: bool = True
     vertical_fraction: float = 0.125
     ground_tolerance: float = 0.001
     early_touchdown: float = 0.5
@@ -132,8 +152,9 @@ class GaitConfig:
             value = getattr(self, key)
             if not (np.isfinite(value) and value >= 0.0):
                 raise ConfigError(key, value, "must be finite and ≥ 0")
-        if not isinstance(self.velocity_product, (bool, np.bool_)):
-            raise ConfigError("velocity_product", self.velocity_product, "must be true or false")
+        for key in ("velocity_product", "follow_ground"):
+            if not isinstance(getattr(self, key), (bool, np.bool_)):
+                raise ConfigError(key, getattr(self, key), "must be true or false")
         if self.period <= 0.0:
             raise ConfigError("period", self.period, "must be > 0 [s]")
         if not 0.0 < self.duty_factor < 1.0:
@@ -237,6 +258,10 @@ class Gait:
         self.foot_offsets = offsets
         self.ground_height = float(feet[:, 2].mean())
         self.standing_height = float(q0[2])
+        #: the ground the gait expects (``follow_ground``): z = z0 + sx·x + sy·y [m, world],
+        #: a plane through the footholds; flat at ground_height otherwise
+        self.ground_plane = np.array([self.ground_height, 0.0, 0.0])
+        self.ground_offset = 0.0  # [m] the base reference's rise with the ground (filtered)
         self.q_standing = q0
         self.touchdown_phases = self._touchdown_phases()
         mu = min(c.friction for c in model.contacts)
@@ -339,10 +364,14 @@ class Gait:
         self.terrain_height = height_at
 
     def ground_at(self, x: float, y: float) -> float:
-        """Foot-frame height of a foot standing on the ground at (x, y) [m]."""
-        if self.terrain_height is None:
-            return self.ground_height
-        return self.ground_height + float(self.terrain_height(x, y))
+        """Foot-frame height of a foot standing on the ground at (x, y) [m]: the known
+        terrain, else the footholds' plane (``follow_ground``), else the level at reset."""
+        if self.terrain_height is not None:
+            return self.ground_height + float(self.terrain_height(x, y))
+        if self.config.follow_ground:
+            z0, sx, sy = self.ground_plane
+            return float(z0 + sx * x + sy * y)
+        return self.ground_height
 
     def start(self, t: float | None = None) -> None:
         """Start trotting (at the next update, or at time ``t`` [s])."""
@@ -405,6 +434,13 @@ class Gait:
         self.ground_height = float(self._stance_position[down, 2].mean())
         self._stance_position[~down, 2] = self.ground_height
         self.standing_height = self.ground_height + clearance
+        self.ground_plane[:] = (self.ground_height, 0.0, 0.0)
+        self.ground_offset = 0.0
+        if self.config.follow_ground:
+            self._fit_ground()
+            z0, sx, sy = self.ground_plane
+            self.ground_offset = float(z0 + sx * q[0] + sy * q[1] - self.ground_height)
+            self._stand_from = float(q[2]) - self.ground_offset  # no jump: the base is where it is
         self.foot_position_ref[:] = self._stance_position
         self.foot_velocity_ref[:] = 0.0
         self.foot_acceleration_ref[:] = 0.0
@@ -477,6 +513,18 @@ class Gait:
         if self.mode == "stand":  # a squat
             self.base_position_ref[2] += self.body_offset[2]
             self.base_velocity_ref[2] += self.body_offset_velocity[2]
+        if c.follow_ground:
+            # the standing height above the footholds' plane under the base: the plane's rise
+            # along the base's velocity, plus a first-order approach (one gait period) to
+            # the plane's height, which steps when a foot lands
+            z0, sx, sy = self.ground_plane
+            bx, by = self.base_position_ref[0], self.base_position_ref[1]
+            target = z0 + sx * bx + sy * by - self.ground_height
+            rate = (sx * self.base_velocity_ref[0] + sy * self.base_velocity_ref[1]
+                    + (target - self.ground_offset) / c.period)
+            self.ground_offset += rate * dt
+            self.base_position_ref[2] += self.ground_offset
+            self.base_velocity_ref[2] += rate
 
     def _update_schedule(self, t: float, mask: np.ndarray, feet) -> None:
         c = self.config
@@ -573,7 +621,7 @@ class Gait:
                 self.foot_velocity_ref[i] = (0.0, 0.0, -c.late_descent_speed)
                 self.foot_acceleration_ref[i] = 0.0
                 if late >= c.late_touchdown_time:
-                    self._plant(i, feet[i])
+                    self._plant(i, feet[i], touched=False)
 
     def _landing(self, i: int, s: float, foot: np.ndarray) -> bool:
         """Whether a contact of swinging foot ``i`` at swing phase ``s`` is its landing: in
@@ -588,13 +636,66 @@ class Gait:
         miss = math.hypot(target[0] - foot[0], target[1] - foot[1])
         return miss <= c.touchdown_reach * max(travel, self._swing_height[i])
 
-    def _plant(self, i: int, position: np.ndarray) -> None:
+    def _plant(self, i: int, position: np.ndarray, touched: bool = True) -> None:
+        # where it touched, but not above the ground expected there; following the ground, a
+        # foot that touched above it is planted there (at most step_height above it; on the
+        # level the robot started on, only more than GROUND_DEADBAND above: ANYmal C's
+        # wbc_qp, its feet held up to 5 mm below where they touched a ramp, fell on its
+        # top). A foot planted without touching (late) is held at that ground: HyQ's,
+        # planted in the air up to 3 cm above it, tilted the footholds' plane and the robot
+        # fell on compliant ground.
+        c = self.config
         self.swinging[i] = False
         self._stance_position[i] = position
-        self._stance_position[i, 2] = min(position[2], self.ground_at(position[0], position[1]))
+        expected = self.ground_at(position[0], position[1])
+        if position[2] > expected:
+            # on the level it started on, a touch within GROUND_DEADBAND above it is that level
+            z0, sx, sy = self.ground_plane
+            level = z0 == self.ground_height and sx == 0.0 and sy == 0.0
+            up = c.follow_ground and touched and (position[2] - expected > GROUND_DEADBAND or not level)
+            self._stance_position[i, 2] = min(position[2], expected + c.step_height) if up else expected
         self.foot_position_ref[i] = self._stance_position[i]
         self.foot_velocity_ref[i] = 0.0
         self.foot_acceleration_ref[i] = 0.0
+        if c.follow_ground:
+            self._fit_ground()
+
+    def _fit_ground(self) -> None:
+        """The footholds' plane (least squares through every foot's last foothold, slope
+        ridged by ``GROUND_RIDGE`` and bounded by ``MAX_GROUND_SLOPE``) into ground_plane.
+        Footholds all within ``GROUND_DEADBAND`` of ground_height leave it flat there.
+        Plain float arithmetic in a fixed order: gait.cpp fit_ground repeats it."""
+        P, k = self._stance_position, self.n_feet
+        if all(abs(float(P[i, 2]) - self.ground_height) <= GROUND_DEADBAND for i in range(k)):
+            self.ground_plane[:] = (self.ground_height, 0.0, 0.0)
+            return
+        mx = my = mz = 0.0
+        for i in range(k):
+            mx += float(P[i, 0])
+            my += float(P[i, 1])
+            mz += float(P[i, 2])
+        mx, my, mz = mx / k, my / k, mz / k
+        axx = axy = ayy = bx = by = 0.0
+        for i in range(k):
+            dx, dy, dz = float(P[i, 0]) - mx, float(P[i, 1]) - my, float(P[i, 2]) - mz
+            axx += dx * dx
+            axy += dx * dy
+            ayy += dy * dy
+            bx += dx * dz
+            by += dy * dz
+        ridge = GROUND_RIDGE * 0.5 * (axx + ayy) + 1e-12
+        axx += ridge
+        ayy += ridge
+        det = axx * ayy - axy * axy
+        sx = (ayy * bx - axy * by) / det
+        sy = (axx * by - axy * bx) / det
+        norm = math.hypot(sx, sy)
+        if norm > MAX_GROUND_SLOPE:
+            sx *= MAX_GROUND_SLOPE / norm
+            sy *= MAX_GROUND_SLOPE / norm
+        self.ground_plane[0] = mz - sx * mx - sy * my
+        self.ground_plane[1] = sx
+        self.ground_plane[2] = sy
 
     def _raibert_target(self, i: int, *, t_td: float, t: float, q: np.ndarray, v_world: np.ndarray) -> np.ndarray:
         """Touchdown point: the hip's nominal foot position when the foot lands, plus half

@@ -185,6 +185,28 @@ def test_the_demo_trots_over_the_height_map_through_ros(tmp_path, formulation):
     assert m["compiled_tick_fraction"] >= 0.95, m["compiled_tick_fraction"]
 
 
+def test_the_demo_walks_solo12_up_and_down_the_ramp_through_ros(tmp_path):
+    """``idyn-control demo --robot solo12 --terrain ramp``: 10° up, a flat top, 10° down,
+    through the bridge and the gait node (compiled gait, ``gait.follow_ground``), the
+    ramp's normals on ~/contact_ground. No fall, the speed, up by most of the ramp's rise."""
+    pytest.importorskip("mcap")
+    from idyn_control.sim.terrain import make_terrain
+
+    spec = robots.spec("solo12")
+    ramp = make_terrain("ramp", 0, robots.standing_footprint(robots.load(spec), spec))
+    trot = (ramp.start_m + 2.0 * ramp.climb_m + ramp.top_m + 0.2) / 0.2  # over the far foot of it
+    out = tmp_path / "demo"
+    proc = _cli_demo(out, "--robot", "solo12", "--terrain", "ramp", "--duration", f"{trot:.1f}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "lock-step, ramp;" in (out / "bridge.log").read_text()
+    m = json.loads((out / "report.json").read_text())["metrics"]
+    assert not m["fell"] and "failure" not in m and m["fallback_ticks"] == 0
+    assert m["speed_along_command_m_s"] == pytest.approx(0.2, rel=0.15)
+    standing = robots.standing_configuration(robots.load(spec), spec)[2]
+    assert m["base_height_max_m"] > standing + 0.7 * ramp.rise_m, (m["base_height_max_m"], standing, ramp.rise_m)
+    assert m["compiled_tick_fraction"] >= 0.95, m["compiled_tick_fraction"]
+
+
 def test_demo_terrain_options_are_checked():
     from idyn_control.errors import ConfigError
 
@@ -193,3 +215,7 @@ def test_demo_terrain_options_are_checked():
     with pytest.raises(ConfigError, match="rigid"):
         DemoOptions(terrain="heightmap", compliant=True).resolved()
     assert DemoOptions(terrain="heightmap", terrain_seed=3).resolved().terrain_seed == 3
+    with pytest.raises(ConfigError, match="follow_ground"):  # the quadruped's file: seed 000's pipeline
+        DemoOptions(terrain="ramp").resolved()
+    with pytest.raises(ConfigError, match="rigid"):
+        DemoOptions(robot="solo12", terrain="ramp", compliant=True).resolved()

@@ -99,6 +99,36 @@ def test_compiled_gait_reproduces_the_python_gait_along_a_trot(robot):
     assert g_c.mode == "stand" and not g_c.swinging.any()  # the stop finished
 
 
+def test_compiled_gait_learns_a_ramp_as_the_python_gait_does():
+    """Solo12 trots blind onto the 10° ramp (gait.follow_ground): both gaits fit the same
+    plane through the footholds, raise the base with it and aim the swings at it."""
+    scenario = Scenario(robot="solo12", formulation="qp_coulomb", terrain="ramp", terrain_known=False,
+                        duration=3.5, velocity=(0.3, 0.0, 0.0), trot_start=0.3)
+    runner = LockstepRunner(scenario)
+    trace = runner.run().trace
+    assert runner.gait.config.follow_ground and trace.n == 3500  # no fall
+    ctrl_py, ctrl_c = controller(runner), controller(runner)
+    g_py = Gait(ctrl_py, runner.q_standing, runner.gait.config)
+    g_c = CompiledGait(Gait(ctrl_c, runner.q_standing, runner.gait.config))
+    for g in (g_py, g_c):
+        g.reset(0.0, trace.q[0], trace.v[0])
+    worst, steepest = 0.0, 0.0
+    for n in range(trace.n):
+        t, q, v, mask = trace.t[n], trace.q[n], trace.v[n], trace.contact[n]
+        for g in (g_py, g_c):
+            drive_gait(g, scenario, t)
+            g.update(t, q, v, mask)
+        for name in REF_ARRAYS:
+            worst = max(worst, relative(getattr(ctrl_c, name), getattr(ctrl_py, name)))
+        for name in ("ground_plane", "ground_offset", "_stance_position"):
+            worst = max(worst, relative(getattr(g_c, name), getattr(g_py, name)))
+        steepest = max(steepest, float(g_py.ground_plane[1]))
+    assert worst <= 1e-9, worst
+    grade = np.tan(np.radians(runner.terrain.slope_deg))
+    assert 0.85 * grade <= steepest <= 1.15 * grade, (steepest, grade)  # it learned the slope
+    assert g_py.ground_offset > 0.5 * runner.terrain.rise_m  # and the base went up with it
+
+
 @pytest.mark.parametrize("robot", LEGGED)
 @pytest.mark.parametrize("formulation", ["qp_coulomb", "wbc_qp"])
 @pytest.mark.parametrize("ramp", [0.0, 0.01])

@@ -153,3 +153,69 @@ def test_anymal_c_trots_faster_and_turns_without_tripping_over_its_hind_feet(for
     if velocity[2] == 0.0:
         assert (q[-1, 0] - q[0, 0]) / span == pytest.approx(velocity[0], rel=0.1)
     assert m["force_error_sum_rel"] < 0.1, m
+
+
+@pytest.mark.parametrize("robot", ["go1", "hyq"])
+def test_qp_coulomb_on_sticky_compliant_ground_predicts_forces_the_ground_gives_from_any_trot_start(robot, tmp_path):
+    """Compliant μ∞ ground (the controller told μ 1000, clamped to ``contacts.MU_MAX``),
+    trot starts 1.0–2.5 s: no fall, the summed normal force within 5 %, and no predicted
+    force above the robot's weight. With μ 1000 Stage I met its base wrench with equal
+    and opposite forces of 10³–10⁶ N along the line between two stance feet: Go1 fell from
+    6 of 8 trot starts (0.5–4 s) and HyQ predicted its forces up to 400 % off."""
+    path = str(write_robot_file(tmp_path, robot))
+    weight = 9.81 * pin.computeTotalMass(robots.load(path).pin_model)
+    for start in (1.0, 1.5, 2.0, 2.5):
+        run = run_scenario(Scenario(robot=path, formulation="qp_coulomb", duration=start + 4.0, trot_start=start,
+                                    friction=math.inf, compliant=True, compiled=True))
+        m, tr = run.metrics, run.trace
+        assert not m["fell"], (start, m)
+        assert m["force_error_sum_rel"] < 0.05, (start, m["force_error_sum_rel"])
+        assert np.abs(tr.f_pred[:tr.n]).max() < weight, (start, np.abs(tr.f_pred[:tr.n]).max(), weight)
+
+
+@pytest.mark.parametrize("robot, formulation, known", [
+    ("solo12", "qp_coulomb", False), ("solo12", "wbc_qp", True), ("go2", "qp_coulomb", False), ("go2", "wbc_qp", True),
+    ("anymal_c", "qp_coulomb", True), ("anymal_c", "wbc_qp", False), ("a1", "wbc_qp", True), ("hyq", "qp_coulomb", False)])
+def test_each_quadruped_walks_up_and_down_a_10_degree_ramp(robot, formulation, known, tmp_path):
+    """Terrain "ramp": 10° up, a flat top, 10° down. Told the ramp (``known``: footholds on it,
+    its normals to the controller) or blind (told nothing, compiled ticks), the gait fits a
+    plane through the footholds (``gait.follow_ground``) and the base keeps its standing
+    height above it. Without that it kept its start height and fell (the next test). Stand
+    1 s, trot at 0.2 m/s across the whole ramp: no fall, the speed, the base's height above
+    the ground within 20 % of the standing one, the summed normal force within 10 %."""
+    source = str(write_robot_file(tmp_path, robot)) if robot in NEW_ROBOTS else robot
+    runner = LockstepRunner(Scenario(robot=source, formulation=formulation, duration=1.0, terrain="ramp",
+                                     terrain_known=known))
+    ramp = runner.terrain
+    far_end = ramp.start_m + 2.0 * ramp.climb_m + ramp.top_m
+    duration = 1.0 + (far_end + 0.3) / SPEED_M_S  # the hind feet are off the ramp at the end
+    runner = LockstepRunner(Scenario(robot=source, formulation=formulation, duration=duration, trot_start=1.0,
+                                     terrain="ramp", terrain_known=known, velocity=(SPEED_M_S, 0.0, 0.0),
+                                     compiled=not known))
+    run = runner.run()
+    m, tr = run.metrics, run.trace
+    assert not m["fell"], m
+    assert m["fallback_ticks"] <= 1e-3 * m["ticks"], m["fallback_ticks"]
+    if not known:
+        assert m["compiled_tick_fraction"] > 0.999
+    assert tr.q[tr.n - 1, 0] > far_end + 0.2
+    assert m["speed_along_command_m_s"] == pytest.approx(SPEED_M_S, rel=0.15), m
+    standing = runner.q_standing[2] - runner.gait.ground_height
+    above = np.array([tr.q[i, 2] - ramp.height(tr.q[i, 0], tr.q[i, 1]) for i in range(1000, tr.n, 10)])
+    assert np.all(np.abs(above - standing) < 0.2 * standing), (above.min(), above.max(), standing)
+    assert tr.q[:tr.n, 2].max() > runner.q_standing[2] + 0.5 * ramp.rise_m  # it went up (a long robot spans the top)
+    assert m["force_error_sum_rel"] < 0.1, m
+
+
+def test_without_following_the_ground_solo12_keeps_its_start_height_and_crouches_on_the_ramp():
+    """The same ramp with ``gait.follow_ground`` false (the ground stays at the level the
+    robot stood up on): the base keeps its start height, so on the top it stands lower
+    above the ground by the ramp's rise (a 1 m climb at 10°, 18 cm, made Solo12 fall)."""
+    runner = LockstepRunner(Scenario(robot="solo12", formulation="qp_coulomb", duration=8.0, trot_start=1.0,
+                                     terrain="ramp", velocity=(SPEED_M_S, 0.0, 0.0),
+                                     gait_config={"follow_ground": False}))
+    tr = runner.run().trace
+    ramp = runner.terrain
+    standing = runner.q_standing[2] - runner.gait.ground_height
+    above = min(tr.q[i, 2] - ramp.height(tr.q[i, 0], tr.q[i, 1]) for i in range(1000, tr.n, 10))
+    assert above < standing - 0.8 * ramp.rise_m, (above, standing)

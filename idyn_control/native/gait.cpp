@@ -51,6 +51,9 @@ namespace idyn {
 namespace {
 
 constexpr double NaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double MAX_GROUND_SLOPE = 1.0;  // gait.py MAX_GROUND_SLOPE
+constexpr double GROUND_RIDGE = 0.01;     // gait.py GROUND_RIDGE
+constexpr double GROUND_DEADBAND = 0.005; // gait.py GROUND_DEADBAND
 
 // native/gait.py CONFIG, in order: scalars, then touchdown phases (k), foot offsets (k x 3),
 // CoM offset (3), joint lower / upper limits (na each)
@@ -59,12 +62,12 @@ enum ConfigSlot {
   C_MAX_STEP_CORRECTION, C_MAX_POSITION_ERROR, C_TOUCHDOWN_DEPTH, C_GROUND_TOLERANCE, C_EARLY_TOUCHDOWN,
   C_LATE_DESCENT_SPEED, C_LATE_TOUCHDOWN_TIME, C_REGAIN_CONTACT_TIME, C_STAND_UP_TIME, C_STAND_SHIFT_SPEED,
   C_IK_ITERATIONS, C_SWING_DURATION, C_STANCE_DURATION, C_CMD_VEL_TIMEOUT, C_VERTICAL_FRACTION, C_TOUCHDOWN_SPEED,
-  C_VELOCITY_PRODUCT, C_TOUCHDOWN_REACH, C_SCALARS
+  C_VELOCITY_PRODUCT, C_TOUCHDOWN_REACH, C_FOLLOW_GROUND, C_SCALARS
 };
 // native/gait.py STATE, the scalars first (NaN stands for Python's None; mode 0 stand, 1 trot)
 enum StateScalar {
   S_MODE, S_STOP_REQUESTED, S_T_STOPPED, S_T_CYCLE0, S_T_PREV, S_BASE_YAW_REF, S_STAND_FROM, S_T_RESET,
-  S_GROUND_HEIGHT, S_STANDING_HEIGHT, S_SCALARS
+  S_GROUND_HEIGHT, S_STANDING_HEIGHT, S_GROUND_OFFSET, S_SCALARS
 };
 enum Mode { STAND = 0, TROT = 1 };
 // Controller arrays the gait writes (native/gait.py CONTROLLER_REFS), in order
@@ -134,7 +137,7 @@ struct Gait {
   std::uint8_t* swing_out;     // Controller.swing
   // views of the state (native/gait.py STATE order after the scalars)
   double *velocity_command, *velocity_filtered, *base_position_ref, *base_velocity_ref, *base_angular_ref;
-  double *body_offset, *body_offset_velocity;
+  double *body_offset, *body_offset_velocity, *ground_plane;
   double *planned_stance, *swinging, *swung, *off_ground, *swing_start;
   double *liftoff, *touchdown, *stance_position, *foot_position_ref, *foot_velocity_ref, *foot_acceleration_ref;
   double *q_joint_ref, *v_joint_ref, *a_joint_ref, *q_ik;
@@ -160,7 +163,11 @@ struct Gait {
 
   double& s(int slot) { return st[slot]; }
   const double& c(int slot) const { return config[slot]; }
-  double ground_at(double, double) const { return st[S_GROUND_HEIGHT]; }  // flat: a known terrain runs in Python
+  // gait.py Gait.ground_at (a known terrain runs in Python): the footholds' plane, or flat
+  double ground_at(double x, double y) const {
+    if (c(C_FOLLOW_GROUND) != 0.0) return ground_plane[0] + ground_plane[1] * x + ground_plane[2] * y;
+    return st[S_GROUND_HEIGHT];
+  }
 };
 
 void update_base(Gait& g, double t, double dt, const double* q) {
@@ -211,6 +218,14 @@ void update_base(Gait& g, double t, double dt, const double* q) {
   if (stand) {  // a squat
     bp[2] += g.body_offset[2];
     bv[2] += g.body_offset_velocity[2];
+  }
+  if (g.c(C_FOLLOW_GROUND) != 0.0) {  // the standing height above the footholds' plane (gait.py)
+    const double* plane = g.ground_plane;
+    const double target = plane[0] + plane[1] * bp[0] + plane[2] * bp[1] - g.s(S_GROUND_HEIGHT);
+    const double rate = plane[1] * bv[0] + plane[2] * bv[1] + (target - g.s(S_GROUND_OFFSET)) / g.c(C_PERIOD);
+    g.s(S_GROUND_OFFSET) += rate * dt;
+    bp[2] += g.s(S_GROUND_OFFSET);
+    bv[2] += rate;
   }
 }
 
@@ -275,16 +290,73 @@ bool landing(const Gait& g, int i, double s) {
   return miss <= g.c(C_TOUCHDOWN_REACH) * std::max(travel, g.c(C_STEP_HEIGHT));
 }
 
-void plant(Gait& g, int i) {
+// gait.py Gait._fit_ground: the plane through every foot's last foothold, same order
+void fit_ground(Gait& g) {
+  const double* P = g.stance_position;
+  const int k = g.k;
+  bool flat = true;
+  for (int i = 0; i < k; ++i) flat = flat && std::abs(P[3 * i + 2] - g.s(S_GROUND_HEIGHT)) <= GROUND_DEADBAND;
+  if (flat) {
+    g.ground_plane[0] = g.s(S_GROUND_HEIGHT);
+    g.ground_plane[1] = 0.0;
+    g.ground_plane[2] = 0.0;
+    return;
+  }
+  double mx = 0.0, my = 0.0, mz = 0.0;
+  for (int i = 0; i < k; ++i) {
+    mx += P[3 * i];
+    my += P[3 * i + 1];
+    mz += P[3 * i + 2];
+  }
+  mx /= k;
+  my /= k;
+  mz /= k;
+  double axx = 0.0, axy = 0.0, ayy = 0.0, bx = 0.0, by = 0.0;
+  for (int i = 0; i < k; ++i) {
+    const double dx = P[3 * i] - mx, dy = P[3 * i + 1] - my, dz = P[3 * i + 2] - mz;
+    axx += dx * dx;
+    axy += dx * dy;
+    ayy += dy * dy;
+    bx += dx * dz;
+    by += dy * dz;
+  }
+  const double ridge = GROUND_RIDGE * 0.5 * (axx + ayy) + 1e-12;
+  axx += ridge;
+  ayy += ridge;
+  const double det = axx * ayy - axy * axy;
+  double sx = (ayy * bx - axy * by) / det;
+  double sy = (axx * by - axy * bx) / det;
+  const double norm = std::hypot(sx, sy);
+  if (norm > MAX_GROUND_SLOPE) {
+    sx *= MAX_GROUND_SLOPE / norm;
+    sy *= MAX_GROUND_SLOPE / norm;
+  }
+  g.ground_plane[0] = mz - sx * mx - sy * my;
+  g.ground_plane[1] = sx;
+  g.ground_plane[2] = sy;
+}
+
+// gait.py Gait._plant (touched: a sensed contact, not a late swing given up)
+void plant(Gait& g, int i, bool touched = true) {
+  const bool follow = g.c(C_FOLLOW_GROUND) != 0.0;
   g.swinging[i] = 0.0;
   double* p = g.stance_position + 3 * i;
   for (int j = 0; j < 3; ++j) p[j] = g.feet(i, j);
-  p[2] = std::min(g.feet(i, 2), g.ground_at(g.feet(i, 0), g.feet(i, 1)));
+  // not above the ground expected there (following it, a foot that touched above it: not
+  // more than step_height above; on the start level, only more than GROUND_DEADBAND above)
+  const double expected = g.ground_at(g.feet(i, 0), g.feet(i, 1));
+  if (p[2] > expected) {
+    // on the level it started on, a touch within GROUND_DEADBAND above it is that level
+    const bool level = g.ground_plane[0] == g.s(S_GROUND_HEIGHT) && g.ground_plane[1] == 0.0 && g.ground_plane[2] == 0.0;
+    const bool up = follow && touched && (p[2] - expected > GROUND_DEADBAND || !level);
+    p[2] = up ? std::min(p[2], expected + g.c(C_STEP_HEIGHT)) : expected;
+  }
   for (int j = 0; j < 3; ++j) {
     g.foot_position_ref[3 * i + j] = p[j];
     g.foot_velocity_ref[3 * i + j] = 0.0;
     g.foot_acceleration_ref[3 * i + j] = 0.0;
   }
+  if (follow) fit_ground(g);
 }
 
 // gait.py _raibert_target: the hip's nominal foot position at touchdown, half the stance's
@@ -386,7 +458,7 @@ void update_feet(Gait& g, double t, double dt, const double* q, const Vec3& v_wo
       fv[1] = 0.0;
       fv[2] = -speed;
       fa[0] = fa[1] = fa[2] = 0.0;
-      if (late >= g.c(C_LATE_TOUCHDOWN_TIME)) plant(g, i);
+      if (late >= g.c(C_LATE_TOUCHDOWN_TIME)) plant(g, i, false);
     }
   }
 }
@@ -557,6 +629,15 @@ void reset(Gait& g, double t, const double* q, const double* v, const std::uint8
     for (int i = 0; i < g.k; ++i)
       if (!mask[i]) g.stance_position[3 * i + 2] = g.s(S_GROUND_HEIGHT);
   g.s(S_STANDING_HEIGHT) = g.s(S_GROUND_HEIGHT) + clearance;
+  g.ground_plane[0] = g.s(S_GROUND_HEIGHT);
+  g.ground_plane[1] = 0.0;
+  g.ground_plane[2] = 0.0;
+  g.s(S_GROUND_OFFSET) = 0.0;
+  if (g.c(C_FOLLOW_GROUND) != 0.0) {
+    fit_ground(g);
+    g.s(S_GROUND_OFFSET) = g.ground_plane[0] + g.ground_plane[1] * q[0] + g.ground_plane[2] * q[1] - g.s(S_GROUND_HEIGHT);
+    g.s(S_STAND_FROM) = q[2] - g.s(S_GROUND_OFFSET);  // no jump: the base is where it is
+  }
   std::memcpy(g.foot_position_ref, g.stance_position, 3 * g.k * sizeof(double));
   std::fill(g.foot_velocity_ref, g.foot_velocity_ref + 3 * g.k, 0.0);
   std::fill(g.foot_acceleration_ref, g.foot_acceleration_ref + 3 * g.k, 0.0);
@@ -640,7 +721,7 @@ void* idyn_gait_new(void* engine, int k, int nb, int state_size, const double* c
     }
     double* p = state + idyn::S_SCALARS;
     double** views3[] = {&g->velocity_command, &g->velocity_filtered, &g->base_position_ref, &g->base_velocity_ref,
-                         &g->base_angular_ref, &g->body_offset, &g->body_offset_velocity};
+                         &g->base_angular_ref, &g->body_offset, &g->body_offset_velocity, &g->ground_plane};
     for (double** v : views3) { *v = p; p += 3; }
     double** views_k[] = {&g->planned_stance, &g->swinging, &g->swung, &g->off_ground, &g->swing_start};
     for (double** v : views_k) { *v = p; p += k; }

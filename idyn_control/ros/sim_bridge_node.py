@@ -23,7 +23,7 @@ period) and publishes what the controller node reads.
   last (sensor_msgs/JointState with the applied efforts), so a controller that ticks on
   joint states has the rest of the state already.
 - ``terrain`` ``heightmap`` (``terrain_seed``) replaces the plane with seed 000 §7.5's rigid
-  height map (:mod:`idyn_control.sim.terrain`). With ``publish_ground`` the bridge tells
+  height map, ``ramp`` with a 10° ramp up and down ahead (:mod:`idyn_control.sim.terrain`). With ``publish_ground`` the bridge tells
   the controller the ground under its feet, as a terrain map would: ``~/contact_ground``
   (std_msgs/Float64MultiArray, one row nx, ny, nz, μ per contact frame: the map's normal
   and μ under each foot in contact, a foot in the air keeping its last row; reliable,
@@ -116,9 +116,10 @@ PARAMETERS: tuple[BridgeParam, ...] = (
     BridgeParam("substeps", 1, "physics steps per control period", (1, 100)),
     BridgeParam("friction", 0.7, "ground Coulomb friction μ; ≥ 1000 means 'infinite'", (0.01, 1e6)),
     BridgeParam("compliant", False, "soft ground (about 1 mm penetration at rest) instead of rigid"),
-    BridgeParam("terrain", "plane", "'plane' (friction, compliant) or 'heightmap': seed 000 §7.5's rigid "
+    BridgeParam("terrain", "plane", "'plane' (friction, compliant), 'heightmap': seed 000 §7.5's rigid "
                 "2 m square of bumps up to 3 cm with per-patch μ ~ U(0.1, 1.5), flat around the origin, "
-                "flat ground with μ 0.8 around it"),
+                "flat ground with μ 0.8 around it, or 'ramp': 10° up ahead (+x), a flat top, 10° down, μ 0.8 "
+                "(climb and top 0.6 and 0.4 m, or as long as the robot)"),
     BridgeParam("terrain_seed", 0, "seed of the height map", (0, 2**31 - 1)),
     BridgeParam("publish_ground", True, "with a height map: publish ~/contact_ground, the normal and μ under "
                 "each foot in contact (rows nx, ny, nz, μ; sent when one changes and every 0.5 s)"),
@@ -189,6 +190,8 @@ class SimBridgeNode(Node):
             if spec.contact_frames else robots.load(spec)
         m = self.robot
         terrain = make_terrain(str(get("terrain")), int(get("terrain_seed")), robots.standing_footprint(m, spec))
+        self._terrain_name = (f"height map (seed {int(get('terrain_seed'))})" if get("terrain") == "heightmap"
+                              else f"{get('terrain')}")
         self.sim = build_mujoco(m, friction=friction, compliant=bool(get("compliant")),
                                 timestep=self.period_s / self.substeps, terrain=terrain)
         joints = [j for j in get("command_joints") if j]
@@ -292,7 +295,7 @@ class SimBridgeNode(Node):
         self.get_logger().info(
             f"{m!r} in MuJoCo at {self.rate_hz:g} Hz × {self.substeps} substeps, "
             f"{'real time' if self.real_time else ('lock-step' if self.lockstep else 'as fast as possible')}, "
-            + (f"height map (seed {self.sim.terrain.seed}); " if self.sim.terrain is not None else
+            + (f"{self._terrain_name}; " if self.sim.terrain is not None else
                f"ground μ={self.sim.friction:g} {'compliant' if self.sim.compliant else 'rigid'}; ")
             + f"commands on {get('command_topic')} for {list(self.command_joints)}"
             + ("; paused until the first command" if self._paused else "")

@@ -120,9 +120,10 @@ class Scenario:
         balance: overrides of :class:`~idyn_control.sim.tasks.BalanceConfig` fields (task
             "balance") or of :class:`~idyn_control.sim.tasks.StepConfig` fields (task "steps":
             stepping in place on two soles, ``gait=False``).
-        terrain: "plane" (``friction``, ``compliant``) or "heightmap" (seed 000 §7.5: rigid
-            bumps ≤ 3 cm, per-patch μ ~ U(0.1, 1.5), drawn from ``terrain_seed``); the
-            controller is told the local normal and μ under each foot in contact.
+        terrain: "plane" (``friction``, ``compliant``), "heightmap" (seed 000 §7.5: rigid
+            bumps ≤ 3 cm, per-patch μ ~ U(0.1, 1.5), drawn from ``terrain_seed``) or "ramp"
+            (:class:`~idyn_control.sim.terrain.Ramp`: 10° up ahead, a flat top, 10° down, μ
+            0.8); the controller is told the local normal and μ under each foot in contact.
         terrain_known: the controller and the gait are told the height map (the paper's
             setting, §7.4); False: they walk blind, as a node that gets no
             ``~/contact_ground``: flat ground at z = 0 and ``friction`` assumed (the fall
@@ -502,9 +503,10 @@ class LockstepRunner:
 
     def _fallen(self, q: np.ndarray) -> bool:
         # heights relative to the ground under the base: a bump is not a fall
+        # (the true ground: the gait's may be a plane through the footholds, or flat)
         clearance = self.q_standing[2] - self.gait.ground_height
-        ground = self.gait.ground_at(q[0], q[1])
-        if self.terrain is not None and not self.scenario.terrain_known:  # the gait thinks it flat
+        ground = self.gait.ground_height
+        if self.terrain is not None:
             ground += float(self.terrain.height(q[0], q[1]))
         if q[2] - ground < FALL_HEIGHT_FRACTION * clearance:
             return True

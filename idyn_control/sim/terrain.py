@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import ConfigError, UnknownNameError
 
-TERRAINS = ("plane", "heightmap")
+TERRAINS = ("plane", "heightmap", "ramp")
 #: the flat start reaches this far beyond the farthest foot [m] (foot spheres are ≤ 4 cm)
 START_CLEARANCE_M = 0.07
 _UP = np.array([0.0, 0.0, 1.0])
@@ -124,8 +124,11 @@ class HeightMap:
         edge = np.clip((half - np.maximum(np.abs(X), np.abs(Y))) / c.border_m, 0.0, 1.0)
         self.heights *= edge * edge * (3.0 - 2.0 * edge)  # flat at the edge: the ground around is z = 0
         self.mu = rng.uniform(*c.mu_range, size=(self.n_patches, self.n_patches))
+        self._set_normals()
+
+    def _set_normals(self) -> None:
         # per grid cell: mean slope → unit normal (constant over the cell)
-        s = c.spacing_m
+        s = self.config.spacing_m
         dhdx = 0.5 * (np.diff(self.heights, axis=1)[:-1] + np.diff(self.heights, axis=1)[1:]) / s
         dhdy = 0.5 * (np.diff(self.heights, axis=0)[:, :-1] + np.diff(self.heights, axis=0)[:, 1:]) / s
         normals = np.stack((-dhdx, -dhdy, np.ones_like(dhdx)), axis=-1)
@@ -194,6 +197,48 @@ class HeightMap:
                 yield row, col, centre, block, float(self.mu[row, col])
 
 
+class Ramp(HeightMap):
+    """A ramp to walk up and down (x forward from the start): flat within ``start_m`` of the
+    origin, up at ``slope_deg`` over ``climb_m`` [m], a flat top of ``top_m``, down as
+    steeply, then flat at z = 0 again; μ = ``mu`` everywhere. A :class:`HeightMap` (one
+    height field per 0.5 m patch), so MuJoCo, the controller's surface data and the fall
+    test read it as they read the rough map. Across the map the ramp fades to z = 0 over
+    the last ``border_m``; the robot walks along its middle."""
+
+    def __init__(self, slope_deg: float = 10.0, start_m: float = 0.3, climb_m: float = 0.6,
+                 top_m: float = 0.4, mu: float = 0.8, border_m: float = 0.2):
+        for key, value in (("slope_deg", slope_deg), ("start_m", start_m), ("climb_m", climb_m),
+                           ("top_m", top_m), ("mu", mu)):
+            if not (np.isfinite(value) and value > 0.0):
+                raise ConfigError(key, value, "must be finite and > 0")
+        if slope_deg >= 45.0:
+            raise ConfigError("slope_deg", slope_deg, "must be below 45°")
+        patch = 0.5
+        end = start_m + 2.0 * climb_m + top_m + 0.5  # [m] the far foot of the ramp, and room to walk on
+        size = 2.0 * patch * math.ceil(end / patch)
+        rise = climb_m * math.tan(math.radians(slope_deg))
+        self.slope_deg, self.start_m, self.climb_m, self.top_m, self.rise_m = slope_deg, start_m, climb_m, top_m, rise
+        self.config = c = HeightMapConfig(size_m=size, patch_m=patch, bump_height_m=rise, flat_radius_m=start_m,
+                                          mu_range=(mu, mu), border_m=border_m, outside_mu=mu)
+        c.validate()
+        self.seed = 0
+        n = int(round(c.size_m / c.spacing_m)) + 1
+        self.n_samples = n
+        self.n_patches = int(round(c.size_m / c.patch_m))
+        self.cells_per_patch = int(round(c.patch_m / c.spacing_m))
+        half = 0.5 * c.size_m
+        self.origin = (-half, -half)
+        axis = np.linspace(-half, half, n)
+        X, Y = np.meshgrid(axis, axis)
+        grade = math.tan(math.radians(slope_deg))
+        top = start_m + climb_m + top_m
+        h = np.clip(X - start_m, 0.0, climb_m) * grade - np.clip(X - top, 0.0, climb_m) * grade
+        edge = np.clip((half - np.abs(Y)) / border_m, 0.0, 1.0)
+        self.heights = h * (edge * edge * (3.0 - 2.0 * edge))
+        self.mu = np.full((self.n_patches, self.n_patches), float(mu))
+        self._set_normals()
+
+
 def heightmap_config(footprint_m: float = 0.0) -> HeightMapConfig:
     """Seed 000's map for a robot whose feet stand within ``footprint_m`` [m] of the origin
     (:func:`~idyn_control.robots.footprint_radius`): the flat start covers them with
@@ -214,9 +259,16 @@ def heightmap_config(footprint_m: float = 0.0) -> HeightMapConfig:
 
 def make_terrain(name: str, seed: int = 0, footprint_m: float = 0.0) -> HeightMap | None:
     """``"plane"`` → None (the flat ground plane); ``"heightmap"`` → a seeded :class:`HeightMap`
-    whose flat start holds feet within ``footprint_m`` [m] of the origin (:func:`heightmap_config`)."""
+    whose flat start holds feet within ``footprint_m`` [m] of the origin (:func:`heightmap_config`);
+    ``"ramp"`` → a 10° :class:`Ramp` up and down, starting ``START_CLEARANCE_M`` beyond
+    those feet, its climb and top at least as long as the robot (twice ``footprint_m``):
+    ANYmal C's feet spanned the default's whole climb and top at once, and with ``wbc_qp``
+    it fell at the crest (``seed`` unused)."""
     if name == "plane":
         return None
     if name == "heightmap":
         return HeightMap(heightmap_config(footprint_m), seed=seed)
+    if name == "ramp":
+        reach = max(footprint_m, 0.0)
+        return Ramp(start_m=reach + START_CLEARANCE_M, climb_m=max(0.6, 2.0 * reach), top_m=max(0.4, 2.0 * reach))
     raise UnknownNameError("terrain", name, TERRAINS)
