@@ -90,9 +90,11 @@ class GaitConfig:
             footholds' heights, ``set_terrain``): the swings aim at it and the base keeps
             its standing height above it, so the robot walks up and down a ramp (before,
             the base kept the height it started at: on a 5° ramp the project quadruped
-            crouched onto its legs after 0.8 m and fell). A foot is then planted where it
-            touched, up to ``step_height`` above the ground it expected. False: the ground
-            stays at the level the robot started on (seed 000's pipeline).
+            crouched onto its legs 0.6 m up it and fell). A foot is then planted where it
+            touched, up to ``step_height`` above the ground it expected. Within
+            ``GROUND_DEADBAND`` of the level the robot started on, footholds and touches
+            are that level, so flat ground is followed exactly as with False. False: the
+            ground stays at the level the robot started on (seed 000's pipeline).
         vertical_fraction: the first and the last this fraction of a swing move the foot
             only up and down; it travels to its foothold in between, so it leaves and meets
             the ground vertically, as Pacer's swing spline does (control points above the
