@@ -220,6 +220,7 @@ class SimBridgeNode(Node):
         self.counters = {"commands": 0, "rejected_length": 0, "rejected_nonfinite": 0,
                          "timeouts": 0, "lockstep_timeouts": 0, "lockstep_resends": 0, "steps": 0,
                          "push_steps": 0}
+        self._pushing = self._status_due = False
         self._timed_out = True
         self._log_times: dict[str, float] = {}
 
@@ -414,8 +415,9 @@ class SimBridgeNode(Node):
                 elif remaining < -0.1:  # far behind (debugger, overload): do not catch up in a burst
                     deadline = time.monotonic()
             now = time.monotonic()
-            if now >= next_status:
+            if now >= next_status or self._status_due:
                 next_status = now + 1.0
+                self._status_due = False
                 self._publish_status(now)
 
     def _wait_for_command(self) -> None:
@@ -451,7 +453,12 @@ class SimBridgeNode(Node):
         forces[:] = 0.0
         if self.push.push is not None:  # held over the period, as the lock-step runner does
             force = push_force(self.push, sim.time, self.weight)
-            self.counters["push_steps"] += force is not None
+            pushed = force is not None
+            # the push's end is reported at once (~/status), not up to 1 s later: a run that
+            # ended within that second reported it unfinished when its last status was lost
+            self._status_due |= self._pushing and not pushed
+            self._pushing = pushed
+            self.counters["push_steps"] += pushed
             sim.push(force)
         for _ in range(self.substeps):
             sim.step(self._tau_applied)
