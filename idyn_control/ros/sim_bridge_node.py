@@ -33,8 +33,9 @@ period) and publishes what the controller node reads.
   ``contacts.friction``.
 - ``push`` (start, duration, fraction of the weight) pushes the base sideways once, as
   :class:`~idyn_control.sim.faults.Faults` ``push`` does in the lock-step runner.
-- ``~/status`` diagnostic_msgs/DiagnosticArray at 1 Hz: steps, real-time factor, command
-  counters (received, rejected, timeouts, lock-step waits).
+- ``~/status`` diagnostic_msgs/DiagnosticArray at 1 Hz, when a push ends and at shutdown:
+  steps, real-time factor, command counters (received, rejected, timeouts, lock-step
+  waits), push steps.
 
 Timing (``real_time``): true paces the physics to the wall clock, whatever the
 controller does (commands that arrive late act late, as on hardware); false runs as fast
