@@ -23,12 +23,13 @@ period) and publishes what the controller node reads.
   last (sensor_msgs/JointState with the applied efforts), so a controller that ticks on
   joint states has the rest of the state already.
 - ``terrain`` ``heightmap`` (``terrain_seed``) replaces the plane with seed 000 §7.5's rigid
-  height map, ``ramp`` with a 10° ramp up and down ahead (:mod:`idyn_control.sim.terrain`). With ``publish_ground`` the bridge tells
-  the controller the ground under its feet, as a terrain map would: ``~/contact_ground``
-  (std_msgs/Float64MultiArray, one row nx, ny, nz, μ per contact frame: the map's normal
-  and μ under each foot in contact, a foot in the air keeping its last row; reliable,
-  transient local, sent when a row changes and every 0.5 s of wall time, so a subscriber
-  that joins late gets it either way), the controller's ``contacts.ground_topic``.
+  height map, ``ramp`` with a 10° ramp up and down ahead (:mod:`idyn_control.sim.terrain`).
+  With ``publish_ground`` the bridge tells the controller the ground under its feet, as a
+  terrain map would: ``~/contact_ground`` (std_msgs/Float64MultiArray, one row nx, ny, nz,
+  μ per contact frame: the map's normal and μ under each foot in contact, a foot in the air
+  keeping its last row; reliable, transient local, sent when a row changes and every 0.5 s
+  of wall time, so a subscriber that joins late gets it either way), the controller's
+  ``contacts.ground_topic``.
   Without it the controller walks blind, on its ``contacts.normal`` and
   ``contacts.friction``.
 - ``push`` (start, duration, fraction of the weight) pushes the base sideways once, as

@@ -98,18 +98,11 @@ class HeightMap:
     """
 
     def __init__(self, config: HeightMapConfig | None = None, seed: int = 0):
-        self.config = c = config or HeightMapConfig()
-        c.validate()
+        c = config or HeightMapConfig()
         self.seed = int(seed)
         rng = np.random.default_rng(self.seed)
-        n = int(round(c.size_m / c.spacing_m)) + 1
-        self.n_samples = n
-        self.n_patches = int(round(c.size_m / c.patch_m))
-        self.cells_per_patch = int(round(c.patch_m / c.spacing_m))
+        X, Y = self._set_grid(c)
         half = 0.5 * c.size_m
-        self.origin = (-half, -half)
-        axis = np.linspace(-half, half, n)
-        X, Y = np.meshgrid(axis, axis)  # X[i, j] = axis[j], Y[i, j] = axis[i]
         n_bumps = max(1, int(round(c.bumps_per_m2 * c.size_m**2)))
         centres = rng.uniform(-half, half, size=(n_bumps, 2))
         sigmas = rng.uniform(*c.bump_sigma_m, size=n_bumps)
@@ -125,6 +118,19 @@ class HeightMap:
         self.heights *= edge * edge * (3.0 - 2.0 * edge)  # flat at the edge: the ground around is z = 0
         self.mu = rng.uniform(*c.mu_range, size=(self.n_patches, self.n_patches))
         self._set_normals()
+
+    def _set_grid(self, config: HeightMapConfig) -> tuple[np.ndarray, np.ndarray]:
+        """Validate ``config``, take it and its grid's sizes; the samples' (X, Y) [m]."""
+        config.validate()
+        self.config = c = config
+        n = int(round(c.size_m / c.spacing_m)) + 1
+        self.n_samples = n
+        self.n_patches = int(round(c.size_m / c.patch_m))
+        self.cells_per_patch = int(round(c.patch_m / c.spacing_m))
+        half = 0.5 * c.size_m
+        self.origin = (-half, -half)
+        axis = np.linspace(-half, half, n)
+        return np.meshgrid(axis, axis)  # X[i, j] = axis[j], Y[i, j] = axis[i]
 
     def _set_normals(self) -> None:
         # per grid cell: mean slope → unit normal (constant over the cell)
@@ -216,21 +222,13 @@ class Ramp(HeightMap):
         patch = 0.5
         end = start_m + 2.0 * climb_m + top_m + 0.5  # [m] the far foot of the ramp, and room to walk on
         size = 2.0 * patch * math.ceil(end / patch)
-        rise = climb_m * math.tan(math.radians(slope_deg))
-        self.slope_deg, self.start_m, self.climb_m, self.top_m, self.rise_m = slope_deg, start_m, climb_m, top_m, rise
-        self.config = c = HeightMapConfig(size_m=size, patch_m=patch, bump_height_m=rise, flat_radius_m=start_m,
-                                          mu_range=(mu, mu), border_m=border_m, outside_mu=mu)
-        c.validate()
-        self.seed = 0
-        n = int(round(c.size_m / c.spacing_m)) + 1
-        self.n_samples = n
-        self.n_patches = int(round(c.size_m / c.patch_m))
-        self.cells_per_patch = int(round(c.patch_m / c.spacing_m))
-        half = 0.5 * c.size_m
-        self.origin = (-half, -half)
-        axis = np.linspace(-half, half, n)
-        X, Y = np.meshgrid(axis, axis)
         grade = math.tan(math.radians(slope_deg))
+        rise = climb_m * grade
+        self.slope_deg, self.start_m, self.climb_m, self.top_m, self.rise_m = slope_deg, start_m, climb_m, top_m, rise
+        self.seed = 0
+        X, Y = self._set_grid(HeightMapConfig(size_m=size, patch_m=patch, bump_height_m=rise, flat_radius_m=start_m,
+                                              mu_range=(mu, mu), border_m=border_m, outside_mu=mu))
+        half = 0.5 * size
         top = start_m + climb_m + top_m
         h = np.clip(X - start_m, 0.0, climb_m) * grade - np.clip(X - top, 0.0, climb_m) * grade
         edge = np.clip((half - np.abs(Y)) / border_m, 0.0, 1.0)
