@@ -112,7 +112,7 @@ def cmd_demo(args) -> int:
     opts = demo.DemoOptions(robot=args.robot, formulation=args.formulation, duration=args.duration,
                             speed=args.speed, ros=not args.no_ros, out=args.out, friction=args.friction,
                             compliant=args.compliant, terrain=args.terrain, terrain_seed=args.terrain_seed,
-                            blind=args.blind, task=args.task)
+                            ramp_slope=args.ramp_slope, blind=args.blind, task=args.task)
     report = demo.run(opts, log=lambda m: print(m, flush=True))
     m = report["metrics"]
     return 1 if m.get("fell") or m.get("failure") else 0
@@ -231,9 +231,11 @@ def main(argv=None) -> int:
     p.add_argument("--friction", type=float, default=0.7, help="ground μ (inf = no slip)")
     p.add_argument("--compliant", action="store_true", help="compliant ground (≈1 mm at rest)")
     p.add_argument("--terrain", default="plane", choices=("plane", "heightmap", "ramp"),
-                   help="heightmap: seed 000's rigid 3 cm bumps with per-patch μ ~ U(0.1, 1.5); ramp: 10° up, "
-                        "a flat top, 10° down, μ 0.8 (either: --friction and --compliant unused)")
+                   help="heightmap: seed 000's rigid 3 cm bumps with per-patch μ ~ U(0.1, 1.5); ramp: up at "
+                        "--ramp-slope, a flat top, as steeply down, μ 0.8 (either: --friction and --compliant "
+                        "unused)")
     p.add_argument("--terrain-seed", type=int, default=0, help="seed of the height map")
+    p.add_argument("--ramp-slope", type=float, default=10.0, help="slope of the ramp [°] (below 30)")
     p.add_argument("--blind", action="store_true",
                    help="heightmap, ramp: do not tell the controller the normal and μ under its feet (it "
                         "assumes flat ground and --friction)")

@@ -301,6 +301,9 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "the gait fits a plane through the footholds: the swings aim at it and the base keeps its standing "
               "height above it (ramps, slopes); false: the ground stays at the level the robot started on",
               read_only=True),
+    ParamSpec("gait.ground_tilt", _GAIT.ground_tilt, DOUBLE,
+              "with gait.follow_ground, the base's pitch and roll follow this fraction of the footholds' plane's "
+              "slope (1: parallel to the ground, 0: level)", (0.0, 1.0), read_only=True),
     ParamSpec("gait.touchdown_reach", _GAIT.touchdown_reach, DOUBLE,
               "a contact before the swing's final descent ends the swing only within this fraction of the "
               "swing's travel from its foothold (farther, the foot tripped and swings on); 10: any contact",
@@ -343,7 +346,7 @@ CONTROLLER_FIELDS: dict[str, str] = {p.name: p.controller_field for p in PARAMET
 #: parameters that map onto GaitConfig fields (the robot's gait)
 GAIT_FIELDS = frozenset(("gait.period", "gait.duty_factor", "gait.step_height", "gait.touchdown_depth",
                          "gait.touchdown_speed", "gait.velocity_product", "gait.touchdown_reach",
-                         "gait.follow_ground", "gait.late_descent_speed", "gait.vertical_fraction"))
+                         "gait.follow_ground", "gait.ground_tilt", "gait.late_descent_speed", "gait.vertical_fraction"))
 #: gait.balance.<field> → BalanceConfig.<field> (gait.task balance)
 BALANCE_PREFIX = "gait.balance."
 

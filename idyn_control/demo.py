@@ -78,6 +78,7 @@ class DemoOptions:
     compliant: bool = False
     terrain: str = "plane"      # or "heightmap" (seed 000 §7.5; friction and compliant then unused)
     terrain_seed: int = 0
+    ramp_slope: float = 10.0    # terrain "ramp": its slope [°]
     blind: bool = False         # heightmap: the controller is not told the ground under its feet
     ros: bool = True
     out: str = "results/demo"
@@ -119,6 +120,8 @@ class DemoOptions:
             raise ConfigError("terrain", self.terrain, f"must be one of {TERRAINS}")
         if self.terrain != "plane" and self.compliant:
             raise ConfigError("compliant", self.compliant, f"the {self.terrain} is rigid")
+        if not (math.isfinite(self.ramp_slope) and 1.0 <= self.ramp_slope <= 30.0):
+            raise ConfigError("ramp_slope", self.ramp_slope, "must be in [1, 30] [°] (the bridge's range)")
         if self.terrain == "ramp" and not robots.spec(self.robot).gait.get("follow_ground", True):
             raise ConfigError("robot", self.robot, "walks a ramp only with gait.follow_ground true (its file sets "
                               "it false): try --robot solo12, go2 or anymal_c")
@@ -210,7 +213,8 @@ def _run_lockstep(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, A
     scenario = Scenario(robot=opts.robot, formulation=opts.formulation, duration=opts.total,
                         velocity=(opts.speed, 0.0, 0.0), gait=trot, trot_start=t0, trot_stop=t1,
                         friction=opts.friction, compliant=opts.compliant, crouch=opts.crouch,
-                        terrain=opts.terrain, terrain_seed=opts.terrain_seed, terrain_known=not opts.blind,
+                        terrain=opts.terrain, terrain_seed=opts.terrain_seed, ramp_slope_deg=opts.ramp_slope,
+                        terrain_known=not opts.blind,
                         task=opts.task, balance=opts.balance,
                         compiled=True)  # as the node's compiled loop: the gait's tick included
     run = run_scenario(scenario, progress=lambda p: log(
@@ -511,6 +515,7 @@ def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
                   "-p", f"spawn_crouch:={opts.crouch}", "-p", f"friction:={float(friction)}",
                   "-p", f"compliant:={str(opts.compliant).lower()}",
                   "-p", f"terrain:={opts.terrain}", "-p", f"terrain_seed:={int(opts.terrain_seed)}",
+                  "-p", f"ramp_slope:={float(opts.ramp_slope)}",
                   "-p", f"publish_ground:={str(not opts.blind).lower()}",
                   "-p", f"contact_states_topic:={CONTACT_STATES_TOPIC}", "-p", f"command_topic:={COMMAND_TOPIC}",
                   *fault_bridge]

@@ -95,6 +95,11 @@ class GaitConfig:
             ``GROUND_DEADBAND`` of the level the robot started on, footholds and touches
             are that level, so flat ground is followed exactly as with False. False: the
             ground stays at the level the robot started on (seed 000's pipeline).
+        ground_tilt: with ``follow_ground``, the base's pitch and roll references follow
+            this fraction of the footholds' plane's slope (filtered over one gait period):
+            1 keeps the body parallel to the ground, 0 level. Level, ANYmal C fell on a
+            15° ramp told the terrain (7.3 s, the hind legs stretched, the front ones
+            folded); parallel, it walks it. Flat ground: no tilt, unchanged.
         vertical_fraction: the first and the last this fraction of a swing move the foot
             only up and down; it travels to its foothold in between, so it leaves and meets
             the ground vertically, as Pacer's swing spline does (control points above the
@@ -135,6 +140,7 @@ class GaitConfig:
     touchdown_speed: float = 0.0
     velocity_product: bool = True
     follow_ground: bool = True
+    ground_tilt: float = 1.0
     vertical_fraction: float = 0.125
     ground_tolerance: float = 0.001
     early_touchdown: float = 0.5
@@ -161,6 +167,8 @@ class GaitConfig:
             raise ConfigError("period", self.period, "must be > 0 [s]")
         if not 0.0 < self.duty_factor < 1.0:
             raise ConfigError("duty_factor", self.duty_factor, "must be in (0, 1)")
+        if not 0.0 <= self.ground_tilt <= 1.0:
+            raise ConfigError("ground_tilt", self.ground_tilt, "must be in [0, 1]")
         if not 0.0 <= self.vertical_fraction < 0.5:
             raise ConfigError("vertical_fraction", self.vertical_fraction, "must be in [0, 0.5)")
         if not 0.0 <= self.early_touchdown <= 1.0:
@@ -264,6 +272,9 @@ class Gait:
         #: a plane through the footholds; flat at ground_height otherwise
         self.ground_plane = np.array([self.ground_height, 0.0, 0.0])
         self.ground_offset = 0.0  # [m] the base reference's rise with the ground (filtered)
+        #: [rad] the base's pitch and roll references about its heading frame's y and x
+        #: axes (``ground_tilt``, filtered); zero on flat ground
+        self.base_tilt = np.zeros(2)
         self.q_standing = q0
         self.touchdown_phases = self._touchdown_phases()
         mu = min(c.friction for c in model.contacts)
@@ -438,11 +449,13 @@ class Gait:
         self.standing_height = self.ground_height + clearance
         self.ground_plane[:] = (self.ground_height, 0.0, 0.0)
         self.ground_offset = 0.0
+        self.base_tilt[:] = 0.0
         if self.config.follow_ground:
             self._fit_ground()
             z0, sx, sy = self.ground_plane
             self.ground_offset = float(z0 + sx * q[0] + sy * q[1] - self.ground_height)
             self._stand_from = float(q[2]) - self.ground_offset  # no jump: the base is where it is
+            self.base_tilt[:] = self._tilt_target()
         self.foot_position_ref[:] = self._stance_position
         self.foot_velocity_ref[:] = 0.0
         self.foot_acceleration_ref[:] = 0.0
@@ -527,6 +540,33 @@ class Gait:
             self.ground_offset += rate * dt
             self.base_position_ref[2] += self.ground_offset
             self.base_velocity_ref[2] += rate
+            # pitch and roll towards the plane's, over one gait period
+            pitch_rate, roll_rate = (self._tilt_target() - self.base_tilt) / c.period
+            self.base_tilt[0] += pitch_rate * dt
+            self.base_tilt[1] += roll_rate * dt
+            if pitch_rate != 0.0 or roll_rate != 0.0:
+                pitch = self.base_tilt[0]
+                self.base_angular_ref[:] += Rz @ np.array([roll_rate * math.cos(pitch), pitch_rate,
+                                                           -roll_rate * math.sin(pitch)])
+
+    def _tilt_target(self) -> np.ndarray:
+        """(pitch, roll) [rad] of ``ground_tilt`` times the plane's slope in the heading frame
+        (nose up on a climb: a negative pitch about y)."""
+        _, sx, sy = self.ground_plane
+        if sx == 0.0 and sy == 0.0:
+            return np.zeros(2)
+        c, s = math.cos(self.base_yaw_ref), math.sin(self.base_yaw_ref)
+        k = self.config.ground_tilt
+        return np.array([-k * math.atan(c * sx + s * sy), k * math.atan(-s * sx + c * sy)])
+
+    def base_rotation(self) -> np.ndarray:
+        """The base's orientation reference: the heading, pitched and rolled by ``base_tilt``."""
+        Rz = _rot_z(self.base_yaw_ref)
+        pitch, roll = self.base_tilt
+        if pitch == 0.0 and roll == 0.0:
+            return Rz
+        cp, sp, cr, sr = math.cos(pitch), math.sin(pitch), math.cos(roll), math.sin(roll)
+        return Rz @ np.array([[cp, sp * sr, sp * cr], [0.0, cr, -sr], [-sp, cp * sr, cp * cr]])
 
     def _update_schedule(self, t: float, mask: np.ndarray, feet) -> None:
         c = self.config
@@ -741,7 +781,8 @@ class Gait:
         nb = m.n_base
         q = self._q_ik
         q[:3] = self.base_position_ref
-        quat = pin.Quaternion(_rot_z(self.base_yaw_ref))
+        R = self.base_rotation()
+        quat = pin.Quaternion(R)
         q[3:7] = (quat.x, quat.y, quat.z, quat.w)
         lwa = pin.ReferenceFrame.LOCAL_WORLD_ALIGNED
         J, err = self._J_feet, self._err
@@ -756,7 +797,6 @@ class Gait:
             q[m.joint_q_index] += self._damped_solve(J[:, nb:], err)
         q[m.joint_q_index] = np.clip(q[m.joint_q_index], m.q_lower, m.q_upper)
         self.q_joint_ref[:] = q[m.joint_q_index]
-        R = _rot_z(self.base_yaw_ref)
         v = self._v_ik
         v[:3] = R.T @ self.base_velocity_ref  # base frame
         v[3:6] = R.T @ self.base_angular_ref
@@ -793,7 +833,7 @@ class Gait:
 
     def _write_references(self) -> None:
         ctrl = self.controller
-        ctrl.set_base_reference(self.base_position_ref, _rot_z(self.base_yaw_ref),
+        ctrl.set_base_reference(self.base_position_ref, self.base_rotation(),
                                 self.base_velocity_ref, self.base_angular_ref)
         for i in range(self.n_feet):
             ctrl.set_foot_reference(i, self.foot_position_ref[i], self.foot_velocity_ref[i],

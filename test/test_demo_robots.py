@@ -17,6 +17,7 @@ each foot in turn and down by the squat.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import subprocess
@@ -219,3 +220,7 @@ def test_demo_terrain_options_are_checked():
         DemoOptions(terrain="ramp").resolved()
     with pytest.raises(ConfigError, match="rigid"):
         DemoOptions(robot="solo12", terrain="ramp", compliant=True).resolved()
+    for slope in (0.5, 31.0, math.nan):  # the bridge's range: [1, 30]°
+        with pytest.raises(ConfigError, match="ramp_slope"):
+            DemoOptions(robot="solo12", terrain="ramp", ramp_slope=slope).resolved()
+    assert DemoOptions(robot="solo12", terrain="ramp", ramp_slope=15.0).resolved().ramp_slope == 15.0

@@ -101,7 +101,8 @@ def test_compiled_gait_reproduces_the_python_gait_along_a_trot(robot):
 
 def test_compiled_gait_learns_a_ramp_as_the_python_gait_does():
     """Solo12 trots blind onto the 10° ramp (gait.follow_ground): both gaits fit the same
-    plane through the footholds, raise the base with it and aim the swings at it."""
+    plane through the footholds, raise the base with it, pitch it with it (gait.ground_tilt)
+    and aim the swings at it."""
     scenario = Scenario(robot="solo12", formulation="qp_coulomb", terrain="ramp", terrain_known=False,
                         duration=3.5, velocity=(0.3, 0.0, 0.0), trot_start=0.3)
     runner = LockstepRunner(scenario)
@@ -112,7 +113,7 @@ def test_compiled_gait_learns_a_ramp_as_the_python_gait_does():
     g_c = CompiledGait(Gait(ctrl_c, runner.q_standing, runner.gait.config))
     for g in (g_py, g_c):
         g.reset(0.0, trace.q[0], trace.v[0])
-    worst, steepest = 0.0, 0.0
+    worst, steepest, nose_up = 0.0, 0.0, 0.0
     for n in range(trace.n):
         t, q, v, mask = trace.t[n], trace.q[n], trace.v[n], trace.contact[n]
         for g in (g_py, g_c):
@@ -120,13 +121,15 @@ def test_compiled_gait_learns_a_ramp_as_the_python_gait_does():
             g.update(t, q, v, mask)
         for name in REF_ARRAYS:
             worst = max(worst, relative(getattr(ctrl_c, name), getattr(ctrl_py, name)))
-        for name in ("ground_plane", "ground_offset", "_stance_position"):
+        for name in ("ground_plane", "ground_offset", "base_tilt", "_stance_position"):
             worst = max(worst, relative(getattr(g_c, name), getattr(g_py, name)))
         steepest = max(steepest, float(g_py.ground_plane[1]))
+        nose_up = max(nose_up, -float(g_py.base_tilt[0]))
     assert worst <= 1e-9, worst
     grade = np.tan(np.radians(runner.terrain.slope_deg))
     assert 0.85 * grade <= steepest <= 1.15 * grade, (steepest, grade)  # it learned the slope
     assert g_py.ground_offset > 0.5 * runner.terrain.rise_m  # and the base went up with it
+    assert 0.85 * np.arctan(grade) <= nose_up <= 1.15 * np.arctan(grade), (nose_up, grade)  # and pitched
 
 
 @pytest.mark.parametrize("robot", LEGGED)

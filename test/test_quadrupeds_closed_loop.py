@@ -219,3 +219,52 @@ def test_without_following_the_ground_solo12_keeps_its_start_height_and_crouches
     standing = runner.q_standing[2] - runner.gait.ground_height
     above = min(tr.q[i, 2] - ramp.height(tr.q[i, 0], tr.q[i, 1]) for i in range(1000, tr.n, 10))
     assert above < standing - 0.8 * ramp.rise_m, (above, standing)
+
+
+def _ramp_run(source: str, formulation: str, slope_deg: float, known: bool, **gait):
+    """Stand 1 s, trot at 0.2 m/s across the whole ramp of ``slope_deg``: (runner, run)."""
+    runner = LockstepRunner(Scenario(robot=source, formulation=formulation, duration=1.0, terrain="ramp",
+                                     ramp_slope_deg=slope_deg))
+    ramp = runner.terrain
+    duration = 1.0 + (ramp.start_m + 2.0 * ramp.climb_m + ramp.top_m + 0.3) / SPEED_M_S
+    runner = LockstepRunner(Scenario(robot=source, formulation=formulation, duration=duration, trot_start=1.0,
+                                     terrain="ramp", ramp_slope_deg=slope_deg, terrain_known=known,
+                                     velocity=(SPEED_M_S, 0.0, 0.0), compiled=not known, gait_config=gait))
+    return runner, runner.run()
+
+
+def _pitch(q: np.ndarray) -> float:
+    """The base's pitch [rad] (nose up < 0, a rotation about y), of a configuration."""
+    R = pin.Quaternion(q[6], q[3], q[4], q[5]).toRotationMatrix()
+    return -math.asin(max(-1.0, min(1.0, R[2, 0])))
+
+
+@pytest.mark.parametrize("robot, formulation, known", [
+    ("anymal_c", "qp_coulomb", True), ("anymal_c", "qp_coulomb", False), ("solo12", "wbc_qp", True),
+    ("go2", "wbc_qp", False), ("hyq", "wbc_qp", True), ("b1", "qp_coulomb", False)])
+def test_each_quadruped_walks_a_15_degree_ramp_with_its_body_parallel_to_it(robot, formulation, known, tmp_path):
+    """A 15° ramp (0.27 of the climb's length up): the base pitches with the footholds' plane
+    (``gait.ground_tilt`` 1), nose up on the climb and down on the descent. No fall, the
+    speed, and the base's pitch on the middle of the climb within 5° of the slope's (next
+    test: with the body level ANYmal C falls)."""
+    source = str(write_robot_file(tmp_path, robot)) if robot in NEW_ROBOTS else robot
+    runner, run = _ramp_run(source, formulation, 15.0, known)
+    m, tr = run.metrics, run.trace
+    assert not m["fell"], m
+    ramp = runner.terrain
+    assert tr.q[tr.n - 1, 0] > ramp.start_m + 2.0 * ramp.climb_m + ramp.top_m + 0.2
+    assert m["speed_along_command_m_s"] == pytest.approx(SPEED_M_S, rel=0.15), m
+    x = tr.q[:tr.n, 0]
+    climb = np.flatnonzero(np.abs(x - (ramp.start_m + 0.5 * ramp.climb_m)) < 0.05)
+    descent = np.flatnonzero(np.abs(x - (ramp.start_m + 1.5 * ramp.climb_m + ramp.top_m)) < 0.05)
+    slope = math.radians(15.0)
+    assert abs(np.mean([_pitch(tr.q[i]) for i in climb]) + slope) < math.radians(5.0)
+    assert abs(np.mean([_pitch(tr.q[i]) for i in descent]) - slope) < math.radians(5.0)
+    assert m["force_error_sum_rel"] < 0.12, m
+
+
+def test_with_its_body_level_anymal_c_falls_on_the_15_degree_ramp():
+    """The same ramp, told the terrain, with ``gait.ground_tilt`` 0 (the base level whatever
+    the ground): ANYmal C's hind legs stretch and its front legs fold on the climb; it falls."""
+    _, run = _ramp_run("anymal_c", "qp_coulomb", 15.0, True, ground_tilt=0.0)
+    assert run.metrics["fell"], run.metrics

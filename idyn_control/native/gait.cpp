@@ -62,7 +62,7 @@ enum ConfigSlot {
   C_MAX_STEP_CORRECTION, C_MAX_POSITION_ERROR, C_TOUCHDOWN_DEPTH, C_GROUND_TOLERANCE, C_EARLY_TOUCHDOWN,
   C_LATE_DESCENT_SPEED, C_LATE_TOUCHDOWN_TIME, C_REGAIN_CONTACT_TIME, C_STAND_UP_TIME, C_STAND_SHIFT_SPEED,
   C_IK_ITERATIONS, C_SWING_DURATION, C_STANCE_DURATION, C_CMD_VEL_TIMEOUT, C_VERTICAL_FRACTION, C_TOUCHDOWN_SPEED,
-  C_VELOCITY_PRODUCT, C_TOUCHDOWN_REACH, C_FOLLOW_GROUND, C_SCALARS
+  C_VELOCITY_PRODUCT, C_TOUCHDOWN_REACH, C_FOLLOW_GROUND, C_GROUND_TILT, C_SCALARS
 };
 // native/gait.py STATE, the scalars first (NaN stands for Python's None; mode 0 stand, 1 trot)
 enum StateScalar {
@@ -137,7 +137,7 @@ struct Gait {
   std::uint8_t* swing_out;     // Controller.swing
   // views of the state (native/gait.py STATE order after the scalars)
   double *velocity_command, *velocity_filtered, *base_position_ref, *base_velocity_ref, *base_angular_ref;
-  double *body_offset, *body_offset_velocity, *ground_plane;
+  double *body_offset, *body_offset_velocity, *ground_plane, *base_tilt;
   double *planned_stance, *swinging, *swung, *off_ground, *swing_start;
   double *liftoff, *touchdown, *stance_position, *foot_position_ref, *foot_velocity_ref, *foot_acceleration_ref;
   double *q_joint_ref, *v_joint_ref, *a_joint_ref, *q_ik;
@@ -169,6 +169,29 @@ struct Gait {
     return st[S_GROUND_HEIGHT];
   }
 };
+
+// gait.py Gait._tilt_target: ground_tilt times the plane's slope, heading frame (pitch, roll)
+void tilt_target(const Gait& g, double& pitch, double& roll) {
+  const double sx = g.ground_plane[1], sy = g.ground_plane[2];
+  pitch = 0.0;
+  roll = 0.0;
+  if (sx == 0.0 && sy == 0.0) return;
+  const double c = std::cos(g.st[S_BASE_YAW_REF]), s = std::sin(g.st[S_BASE_YAW_REF]);
+  const double k = g.c(C_GROUND_TILT);
+  pitch = -k * std::atan(c * sx + s * sy);
+  roll = k * std::atan(-s * sx + c * sy);
+}
+
+// gait.py Gait.base_rotation: the heading, pitched and rolled by base_tilt
+Eigen::Matrix3d base_rotation(const Gait& g) {
+  const Eigen::Matrix3d Rz = rot_z(g.st[S_BASE_YAW_REF]);
+  const double pitch = g.base_tilt[0], roll = g.base_tilt[1];
+  if (pitch == 0.0 && roll == 0.0) return Rz;
+  const double cp = std::cos(pitch), sp = std::sin(pitch), cr = std::cos(roll), sr = std::sin(roll);
+  Eigen::Matrix3d T;
+  T << cp, sp * sr, sp * cr, 0.0, cr, -sr, -sp, cp * sr, cp * cr;
+  return Rz * T;
+}
 
 void update_base(Gait& g, double t, double dt, const double* q) {
   const double max_acc = g.c(C_MAX_ACCELERATION);
@@ -226,6 +249,17 @@ void update_base(Gait& g, double t, double dt, const double* q) {
     g.s(S_GROUND_OFFSET) += rate * dt;
     bp[2] += g.s(S_GROUND_OFFSET);
     bv[2] += rate;
+    // pitch and roll towards the plane's, over one gait period
+    double pitch, roll;
+    tilt_target(g, pitch, roll);
+    const double pitch_rate = (pitch - g.base_tilt[0]) / g.c(C_PERIOD);
+    const double roll_rate = (roll - g.base_tilt[1]) / g.c(C_PERIOD);
+    g.base_tilt[0] += pitch_rate * dt;
+    g.base_tilt[1] += roll_rate * dt;
+    if (pitch_rate != 0.0 || roll_rate != 0.0) {
+      const double p = g.base_tilt[0];
+      Eigen::Map<Vec3>(g.base_angular_ref) += Rz * Vec3(roll_rate * std::cos(p), pitch_rate, -roll_rate * std::sin(p));
+    }
   }
 }
 
@@ -493,7 +527,8 @@ void solve_ik(Gait& g) {
   pin::Data& d = g.data;
   Eigen::Map<Eigen::VectorXd> q(g.q_ik, g.nq);
   for (int j = 0; j < 3; ++j) q[j] = g.base_position_ref[j];
-  const Eigen::Quaterniond quat(rot_z(g.s(S_BASE_YAW_REF)));
+  const Eigen::Matrix3d R = base_rotation(g);
+  const Eigen::Quaterniond quat(R);
   q[3] = quat.x();
   q[4] = quat.y();
   q[5] = quat.z();
@@ -517,7 +552,6 @@ void solve_ik(Gait& g) {
     x = clip(x, g.q_lower[j], g.q_upper[j]);
     g.q_joint_ref[j] = x;
   }
-  const Eigen::Matrix3d R = rot_z(g.s(S_BASE_YAW_REF));
   g.v_base.head<3>() = R.transpose() * Eigen::Map<const Vec3>(g.base_velocity_ref);  // base frame
   g.v_base.tail<3>() = R.transpose() * Eigen::Map<const Vec3>(g.base_angular_ref);
   g.rhs.col(0) = Eigen::Map<const Eigen::VectorXd>(g.foot_velocity_ref, 3 * g.k);
@@ -553,7 +587,7 @@ void solve_ik(Gait& g) {
 // gait.py _write_references: the Controller's base, feet and joint references
 void write_references(Gait& g) {
   std::memcpy(g.ref[R_BASE_POSITION], g.base_position_ref, 3 * sizeof(double));
-  Eigen::Map<Eigen::Matrix<double, 3, 3, Eigen::RowMajor>>(g.ref[R_BASE_ROTATION]) = rot_z(g.s(S_BASE_YAW_REF));
+  Eigen::Map<Eigen::Matrix<double, 3, 3, Eigen::RowMajor>>(g.ref[R_BASE_ROTATION]) = base_rotation(g);
   std::memcpy(g.ref[R_BASE_VELOCITY], g.base_velocity_ref, 3 * sizeof(double));
   std::memcpy(g.ref[R_BASE_ANGULAR], g.base_angular_ref, 3 * sizeof(double));
   std::memcpy(g.ref[R_FOOT_POSITION], g.foot_position_ref, 3 * g.k * sizeof(double));
@@ -633,10 +667,13 @@ void reset(Gait& g, double t, const double* q, const double* v, const std::uint8
   g.ground_plane[1] = 0.0;
   g.ground_plane[2] = 0.0;
   g.s(S_GROUND_OFFSET) = 0.0;
+  g.base_tilt[0] = 0.0;
+  g.base_tilt[1] = 0.0;
   if (g.c(C_FOLLOW_GROUND) != 0.0) {
     fit_ground(g);
     g.s(S_GROUND_OFFSET) = g.ground_plane[0] + g.ground_plane[1] * q[0] + g.ground_plane[2] * q[1] - g.s(S_GROUND_HEIGHT);
     g.s(S_STAND_FROM) = q[2] - g.s(S_GROUND_OFFSET);  // no jump: the base is where it is
+    tilt_target(g, g.base_tilt[0], g.base_tilt[1]);
   }
   std::memcpy(g.foot_position_ref, g.stance_position, 3 * g.k * sizeof(double));
   std::fill(g.foot_velocity_ref, g.foot_velocity_ref + 3 * g.k, 0.0);
@@ -723,6 +760,8 @@ void* idyn_gait_new(void* engine, int k, int nb, int state_size, const double* c
     double** views3[] = {&g->velocity_command, &g->velocity_filtered, &g->base_position_ref, &g->base_velocity_ref,
                          &g->base_angular_ref, &g->body_offset, &g->body_offset_velocity, &g->ground_plane};
     for (double** v : views3) { *v = p; p += 3; }
+    g->base_tilt = p;  // pitch, roll
+    p += 2;
     double** views_k[] = {&g->planned_stance, &g->swinging, &g->swung, &g->off_ground, &g->swing_start};
     for (double** v : views_k) { *v = p; p += k; }
     double** views_k3[] = {&g->liftoff, &g->touchdown, &g->stance_position, &g->foot_position_ref,

@@ -26,14 +26,14 @@ CONFIG = ("period", "duty_factor", "step_height", "max_acceleration", "max_yaw_a
           "max_step_correction", "max_position_error", "touchdown_depth", "ground_tolerance", "early_touchdown",
           "late_descent_speed", "late_touchdown_time", "regain_contact_time", "stand_up_time", "stand_shift_speed",
           "ik_iterations", "swing_duration", "stance_duration", "cmd_vel_timeout", "vertical_fraction",
-          "touchdown_speed", "velocity_product", "touchdown_reach", "follow_ground")
+          "touchdown_speed", "velocity_product", "touchdown_reach", "follow_ground", "ground_tilt")
 #: the state, in gait.cpp's order: Gait attribute, shape ("k": per foot, "k3": per foot xyz,
 #: "na": per joint, "nq": a configuration); None is NaN, mode 0 "stand" / 1 "trot"
 STATE = (("mode", 1), ("_stop_requested", 1), ("_t_stopped", 1), ("_t_cycle0", 1), ("_t_prev", 1),
          ("base_yaw_ref", 1), ("_stand_from", 1), ("_t_reset", 1), ("ground_height", 1), ("standing_height", 1),
          ("ground_offset", 1), ("velocity_command", 3), ("velocity_filtered", 3), ("base_position_ref", 3),
          ("base_velocity_ref", 3), ("base_angular_ref", 3), ("body_offset", 3), ("body_offset_velocity", 3),
-         ("ground_plane", 3), ("planned_stance", "k"),
+         ("ground_plane", 3), ("base_tilt", 2), ("planned_stance", "k"),
          ("swinging", "k"), ("_swung", "k"), ("_off_ground", "k"), ("_swing_start", "k"), ("_liftoff", "k3"),
          ("_touchdown", "k3"), ("_stance_position", "k3"), ("foot_position_ref", "k3"), ("foot_velocity_ref", "k3"),
          ("foot_acceleration_ref", "k3"), ("q_joint_ref", "na"), ("v_joint_ref", "na"), ("a_joint_ref", "na"),
@@ -47,7 +47,7 @@ _FLAGS = frozenset(("planned_stance", "swinging", "_swung", "_stop_requested"))
 _OPTIONAL = frozenset(("_t_stopped", "_t_prev"))
 
 def _sizes(k: int, na: int, nq: int) -> dict:
-    return {1: 1, 3: 3, "k": k, "k3": 3 * k, "na": na, "nq": nq}
+    return {1: 1, 2: 2, 3: 3, "k": k, "k3": 3 * k, "na": na, "nq": nq}
 
 
 class CompiledGait:

@@ -34,7 +34,7 @@ the base node's, unchanged.
 Parameters (read-only, in the node's table, config.PARAMETERS): ``gait.enabled``,
 ``gait.period`` [s], ``gait.duty_factor``, ``gait.step_height`` [m], ``gait.touchdown_depth`` [m],
 ``gait.touchdown_speed`` [m/s], ``gait.velocity_product``, ``gait.touchdown_reach``, ``gait.follow_ground``,
-``gait.late_descent_speed`` [m/s], ``gait.vertical_fraction``,
+``gait.ground_tilt``, ``gait.late_descent_speed`` [m/s], ``gait.vertical_fraction``,
 ``gait.cmd_vel_timeout`` [s], ``gait.task``, ``gait.balance.*``; the standing pose is
 ``standing_pose.joints/positions``.
 

@@ -23,7 +23,8 @@ period) and publishes what the controller node reads.
   last (sensor_msgs/JointState with the applied efforts), so a controller that ticks on
   joint states has the rest of the state already.
 - ``terrain`` ``heightmap`` (``terrain_seed``) replaces the plane with seed 000 §7.5's rigid
-  height map, ``ramp`` with a 10° ramp up and down ahead (:mod:`idyn_control.sim.terrain`).
+  height map, ``ramp`` with a ramp up and down ahead (``ramp_slope``, 10° by default;
+  :mod:`idyn_control.sim.terrain`).
   With ``publish_ground`` the bridge tells the controller the ground under its feet, as a
   terrain map would: ``~/contact_ground`` (std_msgs/Float64MultiArray, one row nx, ny, nz,
   μ per contact frame: the map's normal and μ under each foot in contact, a foot in the air
@@ -120,8 +121,9 @@ PARAMETERS: tuple[BridgeParam, ...] = (
     BridgeParam("compliant", False, "soft ground (about 1 mm penetration at rest) instead of rigid"),
     BridgeParam("terrain", "plane", "'plane' (friction, compliant), 'heightmap': seed 000 §7.5's rigid "
                 "2 m square of bumps up to 3 cm with per-patch μ ~ U(0.1, 1.5), flat around the origin, "
-                "flat ground with μ 0.8 around it, or 'ramp': 10° up ahead (+x), a flat top, 10° down, μ 0.8 "
-                "(climb and top 0.6 and 0.4 m, or as long as the robot)"),
+                "flat ground with μ 0.8 around it, or 'ramp': up ahead (+x) at ramp_slope, a flat top, as "
+                "steeply down, μ 0.8 (climb and top 0.6 and 0.4 m, or as long as the robot)"),
+    BridgeParam("ramp_slope", 10.0, "terrain 'ramp': its slope [°]", (1.0, 30.0)),
     BridgeParam("terrain_seed", 0, "seed of the height map", (0, 2**31 - 1)),
     BridgeParam("publish_ground", True, "with a height map: publish ~/contact_ground, the normal and μ under "
                 "each foot in contact (rows nx, ny, nz, μ; sent when one changes and every 0.5 s)"),
@@ -191,7 +193,8 @@ class SimBridgeNode(Node):
         self.robot = robots.load(spec, friction=None if math.isinf(friction) else friction) \
             if spec.contact_frames else robots.load(spec)
         m = self.robot
-        terrain = make_terrain(str(get("terrain")), int(get("terrain_seed")), robots.standing_footprint(m, spec))
+        terrain = make_terrain(str(get("terrain")), int(get("terrain_seed")), robots.standing_footprint(m, spec),
+                               float(get("ramp_slope")))
         self._terrain_name = (f"height map (seed {int(get('terrain_seed'))})" if get("terrain") == "heightmap"
                               else f"{get('terrain')}")
         self.sim = build_mujoco(m, friction=friction, compliant=bool(get("compliant")),

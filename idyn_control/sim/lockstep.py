@@ -122,8 +122,10 @@ class Scenario:
             stepping in place on two soles, ``gait=False``).
         terrain: "plane" (``friction``, ``compliant``), "heightmap" (seed 000 §7.5: rigid
             bumps ≤ 3 cm, per-patch μ ~ U(0.1, 1.5), drawn from ``terrain_seed``) or "ramp"
-            (:class:`~idyn_control.sim.terrain.Ramp`: 10° up ahead, a flat top, 10° down, μ
-            0.8); the controller is told the local normal and μ under each foot in contact.
+            (:class:`~idyn_control.sim.terrain.Ramp`: ``ramp_slope_deg`` up ahead, a flat top,
+            as steeply down, μ 0.8); the controller is told the local normal and μ under each
+            foot in contact.
+        ramp_slope_deg: the ramp's slope [°] (terrain "ramp").
         terrain_known: the controller and the gait are told the height map (the paper's
             setting, §7.4); False: they walk blind, as a node that gets no
             ``~/contact_ground``: flat ground at z = 0 and ``friction`` assumed (the fall
@@ -165,6 +167,7 @@ class Scenario:
     balance: dict[str, Any] = field(default_factory=dict)
     terrain: str = "plane"
     terrain_seed: int = 0
+    ramp_slope_deg: float = 10.0
     terrain_known: bool = True
     faults: Any = None
     compiled: bool = False
@@ -215,7 +218,8 @@ class LockstepRunner:
         self.grasp = self.robot.free_box is not None
         self.legged = self.robot.floating_base and not self.grasp
         # a height map's flat start holds the feet where the robot stands up
-        self.terrain = make_terrain(s.terrain, s.terrain_seed, robots.standing_footprint(self.robot, spec))
+        self.terrain = make_terrain(s.terrain, s.terrain_seed, robots.standing_footprint(self.robot, spec),
+                                    s.ramp_slope_deg)
         self.sim: MujocoSim = build_mujoco(self.robot, friction=s.friction, compliant=s.compliant,
                                            timestep=s.dt / s.substeps, terrain=self.terrain)
         self.surface_updates = 0  # contact normal/μ changes passed to the controller

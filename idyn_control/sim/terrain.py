@@ -255,10 +255,10 @@ def heightmap_config(footprint_m: float = 0.0) -> HeightMapConfig:
     return replace(base, flat_radius_m=base.flat_radius_m + grow, size_m=round(patches * base.patch_m, 9))
 
 
-def make_terrain(name: str, seed: int = 0, footprint_m: float = 0.0) -> HeightMap | None:
+def make_terrain(name: str, seed: int = 0, footprint_m: float = 0.0, slope_deg: float = 10.0) -> HeightMap | None:
     """``"plane"`` → None (the flat ground plane); ``"heightmap"`` → a seeded :class:`HeightMap`
     whose flat start holds feet within ``footprint_m`` [m] of the origin (:func:`heightmap_config`);
-    ``"ramp"`` → a 10° :class:`Ramp` up and down, starting ``START_CLEARANCE_M`` beyond
+    ``"ramp"`` → a :class:`Ramp` up and down at ``slope_deg``, starting ``START_CLEARANCE_M`` beyond
     those feet, its climb and top at least as long as the robot (twice ``footprint_m``):
     ANYmal C's feet spanned the default's whole climb and top at once, and with ``wbc_qp``
     it fell at the crest (``seed`` unused)."""
@@ -268,5 +268,6 @@ def make_terrain(name: str, seed: int = 0, footprint_m: float = 0.0) -> HeightMa
         return HeightMap(heightmap_config(footprint_m), seed=seed)
     if name == "ramp":
         reach = max(footprint_m, 0.0)
-        return Ramp(start_m=reach + START_CLEARANCE_M, climb_m=max(0.6, 2.0 * reach), top_m=max(0.4, 2.0 * reach))
+        return Ramp(slope_deg=slope_deg, start_m=reach + START_CLEARANCE_M, climb_m=max(0.6, 2.0 * reach),
+                    top_m=max(0.4, 2.0 * reach))
     raise UnknownNameError("terrain", name, TERRAINS)
