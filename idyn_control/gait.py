@@ -119,6 +119,10 @@ class GaitConfig:
             lag their references far, as ``pid``'s on the quadruped, land where they touch).
         late_descent_speed: how fast a swing foot that missed the ground keeps going down
             [m/s], for at most ``late_touchdown_time`` [s], before it is declared stance.
+            Blind on a ramp a swing often ends above the ground, where the plane through
+            the last footholds misses it: at 0.1 m/s (the default until 2026-11-29) a foot
+            went only 1 cm further down and was planted in the air, and on a 20° ramp
+            ``wbc_qp`` fell with Solo12, Go1, B1 and HyQ (A1 stalled); at 0.3 m/s they walk.
         regain_contact_time: a planted foot that has not touched the ground for this long
             [s] (it bounced) descends again onto its foothold, as a late touchdown.
         stand_up_time: time to reach the standing height from the height at reset [s].
@@ -145,7 +149,7 @@ class GaitConfig:
     ground_tolerance: float = 0.001
     early_touchdown: float = 0.5
     touchdown_reach: float = 0.25
-    late_descent_speed: float = 0.1
+    late_descent_speed: float = 0.3
     late_touchdown_time: float = 0.1
     regain_contact_time: float = 0.01
     stand_up_time: float = 1.0

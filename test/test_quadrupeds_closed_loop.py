@@ -268,3 +268,23 @@ def test_with_its_body_level_anymal_c_falls_on_the_15_degree_ramp():
     the ground): ANYmal C's hind legs stretch and its front legs fold on the climb; it falls."""
     _, run = _ramp_run("anymal_c", "qp_coulomb", 15.0, True, ground_tilt=0.0)
     assert run.metrics["fell"], run.metrics
+
+
+@pytest.mark.parametrize("robot", ["solo12", "go1", "hyq"])
+def test_blind_wbc_qp_walks_a_20_degree_ramp_its_late_feet_going_on_down(robot, tmp_path):
+    """Blind (told nothing, compiled ticks) on a 20° ramp a swing often ends above the
+    ground: the plane through the last footholds misses it. A foot that has not landed then
+    goes on down at ``gait.late_descent_speed`` (0.3 m/s) for up to 0.1 s before it is
+    planted: no fall, the speed. At 0.1 m/s (next test) it was planted in the air."""
+    source = str(write_robot_file(tmp_path, robot)) if robot in NEW_ROBOTS else robot
+    runner, run = _ramp_run(source, "wbc_qp", 20.0, False)
+    m, tr = run.metrics, run.trace
+    assert not m["fell"], m
+    ramp = runner.terrain
+    assert tr.q[tr.n - 1, 0] > ramp.start_m + 2.0 * ramp.climb_m + ramp.top_m + 0.2
+    assert m["speed_along_command_m_s"] == pytest.approx(SPEED_M_S, rel=0.15), m
+
+
+def test_blind_with_a_slow_late_descent_solo12_falls_on_the_20_degree_ramp():
+    _, run = _ramp_run("solo12", "wbc_qp", 20.0, False, late_descent_speed=0.1)
+    assert run.metrics["fell"], run.metrics
