@@ -224,6 +224,15 @@ def _rot_z(yaw: float) -> np.ndarray:
     return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
 
 
+def tilted_rotation(yaw: float, pitch: float, roll: float) -> np.ndarray:
+    """R_z(yaw) R_y(pitch) R_x(roll); exactly R_z(yaw) when the tilt is zero."""
+    Rz = _rot_z(yaw)
+    if pitch == 0.0 and roll == 0.0:
+        return Rz
+    cp, sp, cr, sr = math.cos(pitch), math.sin(pitch), math.cos(roll), math.sin(roll)
+    return Rz @ np.array([[cp, sp * sr, sp * cr], [0.0, cr, -sr], [-sp, cp * sr, cp * cr]])
+
+
 def _yaw_of(R: np.ndarray) -> float:
     return math.atan2(R[1, 0], R[0, 0])
 
@@ -565,12 +574,7 @@ class Gait:
 
     def base_rotation(self) -> np.ndarray:
         """The base's orientation reference: the heading, pitched and rolled by ``base_tilt``."""
-        Rz = _rot_z(self.base_yaw_ref)
-        pitch, roll = self.base_tilt
-        if pitch == 0.0 and roll == 0.0:
-            return Rz
-        cp, sp, cr, sr = math.cos(pitch), math.sin(pitch), math.cos(roll), math.sin(roll)
-        return Rz @ np.array([[cp, sp * sr, sp * cr], [0.0, cr, -sr], [-sp, cp * sr, cp * cr]])
+        return tilted_rotation(self.base_yaw_ref, *self.base_tilt)
 
     def _update_schedule(self, t: float, mask: np.ndarray, feet) -> None:
         c = self.config

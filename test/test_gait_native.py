@@ -125,6 +125,7 @@ def test_compiled_gait_learns_a_ramp_as_the_python_gait_does():
             worst = max(worst, relative(getattr(g_c, name), getattr(g_py, name)))
         steepest = max(steepest, float(g_py.ground_plane[1]))
         nose_up = max(nose_up, -float(g_py.base_tilt[0]))
+        worst = max(worst, relative(g_c.base_rotation(), g_py.base_rotation()))
     assert worst <= 1e-9, worst
     grade = np.tan(np.radians(runner.terrain.slope_deg))
     assert 0.85 * grade <= steepest <= 1.15 * grade, (steepest, grade)  # it learned the slope

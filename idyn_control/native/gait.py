@@ -177,6 +177,11 @@ class CompiledGait:
             return float(z0 + sx * x + sy * y)
         return self.ground_height
 
+    def base_rotation(self) -> np.ndarray:
+        from ..gait import tilted_rotation
+
+        return tilted_rotation(self.base_yaw_ref, *self.base_tilt)
+
     def phase(self, t: float) -> float:
         return ((t - self._t_cycle0) / self.config.period) % 1.0
 
