@@ -20,6 +20,7 @@ import numpy as np
 from . import formulations, robots
 from .errors import IdynError
 from .model import RobotModel
+from .sim.terrain import RAMP_SLOPE_DEG, RAMP_SLOPE_RANGE_DEG
 
 
 def _model(args) -> tuple[RobotModel, str | None]:
@@ -235,7 +236,8 @@ def main(argv=None) -> int:
                         "--ramp-slope, a flat top, as steeply down, μ 0.8 (either: --friction and --compliant "
                         "unused)")
     p.add_argument("--terrain-seed", type=int, default=0, help="seed of the height map")
-    p.add_argument("--ramp-slope", type=float, default=10.0, help="slope of the ramp [°] (below 30)")
+    p.add_argument("--ramp-slope", type=float, default=RAMP_SLOPE_DEG,
+                   help="slope of the ramp [°] (%g to %g)" % RAMP_SLOPE_RANGE_DEG)
     p.add_argument("--blind", action="store_true",
                    help="heightmap, ramp: do not tell the controller the normal and μ under its feet (it "
                         "assumes flat ground and --friction)")

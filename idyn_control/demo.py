@@ -48,7 +48,7 @@ from .errors import ConfigError
 from .sim.faults import Faults, scaled_urdf
 from .sim.metrics import Trace, compute_metrics, format_metrics, sole_metrics
 from .sim.tasks import BalanceConfig
-from .sim.terrain import TERRAINS
+from .sim.terrain import RAMP_SLOPE_DEG, RAMP_SLOPE_RANGE_DEG, TERRAINS
 
 CONTROLLER = "idyn_controller"
 BRIDGE = "idyn_sim"
@@ -78,7 +78,7 @@ class DemoOptions:
     compliant: bool = False
     terrain: str = "plane"      # or "heightmap" (seed 000 §7.5; friction and compliant then unused)
     terrain_seed: int = 0
-    ramp_slope: float = 10.0    # terrain "ramp": its slope [°]
+    ramp_slope: float = RAMP_SLOPE_DEG  # terrain "ramp": its slope [°]
     blind: bool = False         # heightmap: the controller is not told the ground under its feet
     ros: bool = True
     out: str = "results/demo"
@@ -120,8 +120,9 @@ class DemoOptions:
             raise ConfigError("terrain", self.terrain, f"must be one of {TERRAINS}")
         if self.terrain != "plane" and self.compliant:
             raise ConfigError("compliant", self.compliant, f"the {self.terrain} is rigid")
-        if not (math.isfinite(self.ramp_slope) and 1.0 <= self.ramp_slope <= 30.0):
-            raise ConfigError("ramp_slope", self.ramp_slope, "must be in [1, 30] [°] (the bridge's range)")
+        low, high = RAMP_SLOPE_RANGE_DEG
+        if not (math.isfinite(self.ramp_slope) and low <= self.ramp_slope <= high):
+            raise ConfigError("ramp_slope", self.ramp_slope, f"must be in [{low:g}, {high:g}] [°] (the bridge's range)")
         if self.terrain == "ramp" and not robots.spec(self.robot).gait.get("follow_ground", True):
             raise ConfigError("robot", self.robot, "walks a ramp only with gait.follow_ground true (its file sets "
                               "it false): try --robot solo12, go2 or anymal_c")

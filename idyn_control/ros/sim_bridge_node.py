@@ -84,7 +84,7 @@ from ..gait import crouched_configuration
 from ..sim.faults import GRAVITY, Faults, push_force
 from ..sim.lockstep import CONTACT_THRESHOLD_N
 from ..sim.mujoco_model import build_mujoco
-from ..sim.terrain import make_terrain
+from ..sim.terrain import RAMP_SLOPE_DEG, RAMP_SLOPE_RANGE_DEG, make_terrain
 from . import signals
 from .conversions import SerializedMessage
 
@@ -123,7 +123,7 @@ PARAMETERS: tuple[BridgeParam, ...] = (
                 "2 m square of bumps up to 3 cm with per-patch μ ~ U(0.1, 1.5), flat around the origin, "
                 "flat ground with μ 0.8 around it, or 'ramp': up ahead (+x) at ramp_slope, a flat top, as "
                 "steeply down, μ 0.8 (climb and top 0.6 and 0.4 m, or as long as the robot)"),
-    BridgeParam("ramp_slope", 10.0, "terrain 'ramp': its slope [°]", (1.0, 30.0)),
+    BridgeParam("ramp_slope", RAMP_SLOPE_DEG, "terrain 'ramp': its slope [°]", RAMP_SLOPE_RANGE_DEG),
     BridgeParam("terrain_seed", 0, "seed of the height map", (0, 2**31 - 1)),
     BridgeParam("publish_ground", True, "with a height map: publish ~/contact_ground, the normal and μ under "
                 "each foot in contact (rows nx, ny, nz, μ; sent when one changes and every 0.5 s)"),
@@ -195,8 +195,6 @@ class SimBridgeNode(Node):
         m = self.robot
         terrain = make_terrain(str(get("terrain")), int(get("terrain_seed")), robots.standing_footprint(m, spec),
                                float(get("ramp_slope")))
-        self._terrain_name = (f"height map (seed {int(get('terrain_seed'))})" if get("terrain") == "heightmap"
-                              else f"{get('terrain')}")
         self.sim = build_mujoco(m, friction=friction, compliant=bool(get("compliant")),
                                 timestep=self.period_s / self.substeps, terrain=terrain)
         joints = [j for j in get("command_joints") if j]
@@ -301,7 +299,7 @@ class SimBridgeNode(Node):
         self.get_logger().info(
             f"{m!r} in MuJoCo at {self.rate_hz:g} Hz × {self.substeps} substeps, "
             f"{'real time' if self.real_time else ('lock-step' if self.lockstep else 'as fast as possible')}, "
-            + (f"{self._terrain_name}; " if self.sim.terrain is not None else
+            + (f"{self.sim.terrain.label}; " if self.sim.terrain is not None else
                f"ground μ={self.sim.friction:g} {'compliant' if self.sim.compliant else 'rigid'}; ")
             + f"commands on {get('command_topic')} for {list(self.command_joints)}"
             + ("; paused until the first command" if self._paused else "")

@@ -42,7 +42,7 @@ from .mujoco_model import MujocoSim, build_mujoco
 from .faults import FaultInjector, Faults, scale_masses
 from ..prediction import StatePredictor
 from .tasks import TASKS, make_task
-from .terrain import TERRAINS, make_terrain
+from .terrain import RAMP_SLOPE_DEG, TERRAINS, make_terrain
 
 #: a fall: base below this fraction of its standing height above the feet, or tilted more
 FALL_HEIGHT_FRACTION = 0.5
@@ -167,7 +167,7 @@ class Scenario:
     balance: dict[str, Any] = field(default_factory=dict)
     terrain: str = "plane"
     terrain_seed: int = 0
-    ramp_slope_deg: float = 10.0
+    ramp_slope_deg: float = RAMP_SLOPE_DEG
     terrain_known: bool = True
     faults: Any = None
     compiled: bool = False

@@ -36,6 +36,9 @@ import numpy as np
 from ..errors import ConfigError, UnknownNameError
 
 TERRAINS = ("plane", "heightmap", "ramp")
+#: the ramp's slope [°] by default, and the range the bridge, the demo and the CLI take
+RAMP_SLOPE_DEG = 10.0
+RAMP_SLOPE_RANGE_DEG = (1.0, 30.0)
 #: the flat start reaches this far beyond the farthest foot [m] (foot spheres are ≤ 4 cm)
 START_CLEARANCE_M = 0.07
 _UP = np.array([0.0, 0.0, 1.0])
@@ -132,6 +135,11 @@ class HeightMap:
         axis = np.linspace(-half, half, n)
         return np.meshgrid(axis, axis)  # X[i, j] = axis[j], Y[i, j] = axis[i]
 
+    @property
+    def label(self) -> str:
+        """What the terrain is, for a log line."""
+        return f"height map (seed {self.seed})"
+
     def _set_normals(self) -> None:
         # per grid cell: mean slope → unit normal (constant over the cell)
         s = self.config.spacing_m
@@ -211,7 +219,7 @@ class Ramp(HeightMap):
     test read it as they read the rough map. Across the map the ramp fades to z = 0 over
     the last ``border_m``; the robot walks along its middle."""
 
-    def __init__(self, slope_deg: float = 10.0, start_m: float = 0.3, climb_m: float = 0.6,
+    def __init__(self, slope_deg: float = RAMP_SLOPE_DEG, start_m: float = 0.3, climb_m: float = 0.6,
                  top_m: float = 0.4, mu: float = 0.8, border_m: float = 0.2):
         for key, value in (("slope_deg", slope_deg), ("start_m", start_m), ("climb_m", climb_m),
                            ("top_m", top_m), ("mu", mu)):
@@ -225,7 +233,6 @@ class Ramp(HeightMap):
         grade = math.tan(math.radians(slope_deg))
         rise = climb_m * grade
         self.slope_deg, self.start_m, self.climb_m, self.top_m, self.rise_m = slope_deg, start_m, climb_m, top_m, rise
-        self.seed = 0
         X, Y = self._set_grid(HeightMapConfig(size_m=size, patch_m=patch, bump_height_m=rise, flat_radius_m=start_m,
                                               mu_range=(mu, mu), border_m=border_m, outside_mu=mu))
         half = 0.5 * size
@@ -235,6 +242,10 @@ class Ramp(HeightMap):
         self.heights = h * (edge * edge * (3.0 - 2.0 * edge))
         self.mu = np.full((self.n_patches, self.n_patches), float(mu))
         self._set_normals()
+
+    @property
+    def label(self) -> str:
+        return "ramp"
 
 
 def heightmap_config(footprint_m: float = 0.0) -> HeightMapConfig:
@@ -255,7 +266,8 @@ def heightmap_config(footprint_m: float = 0.0) -> HeightMapConfig:
     return replace(base, flat_radius_m=base.flat_radius_m + grow, size_m=round(patches * base.patch_m, 9))
 
 
-def make_terrain(name: str, seed: int = 0, footprint_m: float = 0.0, slope_deg: float = 10.0) -> HeightMap | None:
+def make_terrain(name: str, seed: int = 0, footprint_m: float = 0.0,
+                 slope_deg: float = RAMP_SLOPE_DEG) -> HeightMap | None:
     """``"plane"`` → None (the flat ground plane); ``"heightmap"`` → a seeded :class:`HeightMap`
     whose flat start holds feet within ``footprint_m`` [m] of the origin (:func:`heightmap_config`);
     ``"ramp"`` → a :class:`Ramp` up and down at ``slope_deg``, starting ``START_CLEARANCE_M`` beyond
