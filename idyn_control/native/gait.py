@@ -171,16 +171,16 @@ class CompiledGait:
         if height_at is not None:
             raise NativeUnavailable("a gait on a known terrain runs in Python")
 
+    # the Python gait's own methods, on this state (a compiled gait has no known terrain)
     def ground_at(self, x: float, y: float) -> float:
-        if self.config.follow_ground:
-            z0, sx, sy = self.ground_plane
-            return float(z0 + sx * x + sy * y)
-        return self.ground_height
+        from ..gait import Gait
+
+        return Gait.ground_at(self, x, y)
 
     def base_rotation(self) -> np.ndarray:
-        from ..gait import tilted_rotation
+        from ..gait import Gait
 
-        return tilted_rotation(self.base_yaw_ref, *self.base_tilt)
+        return Gait.base_rotation(self)
 
     def phase(self, t: float) -> float:
         return ((t - self._t_cycle0) / self.config.period) % 1.0
