@@ -19,6 +19,7 @@ import pytest
 from conftest import NEW_ROBOTS, write_robot_file
 from idyn_control import robots
 from idyn_control.sim.lockstep import LockstepRunner, Scenario, run_scenario
+from idyn_control.sim.terrain import make_terrain
 
 #: the shipped robots with point feet, then those described only by a file written here
 QUADRUPEDS = tuple(n for n in robots.names() if robots.spec(n).contact_frames and robots.spec(n).hand is None) \
@@ -173,6 +174,16 @@ def test_qp_coulomb_on_sticky_compliant_ground_predicts_forces_the_ground_gives_
         assert np.abs(tr.f_pred[:tr.n]).max() < weight, (start, np.abs(tr.f_pred[:tr.n]).max(), weight)
 
 
+def _ramp_run(source: str, formulation: str, slope_deg: float, known: bool, **gait):
+    """Stand 1 s, trot at 0.2 m/s across the whole ramp of ``slope_deg``: (runner, run)."""
+    ramp = make_terrain("ramp", 0, robots.standing_footprint(robots.load(source), source), slope_deg)
+    duration = 1.0 + (ramp.start_m + 2.0 * ramp.climb_m + ramp.top_m + 0.3) / SPEED_M_S
+    runner = LockstepRunner(Scenario(robot=source, formulation=formulation, duration=duration, trot_start=1.0,
+                                     terrain="ramp", ramp_slope_deg=slope_deg, terrain_known=known,
+                                     velocity=(SPEED_M_S, 0.0, 0.0), compiled=not known, gait_config=gait))
+    return runner, runner.run()
+
+
 @pytest.mark.parametrize("robot, formulation, known", [
     ("solo12", "qp_coulomb", False), ("solo12", "wbc_qp", True), ("go2", "qp_coulomb", False), ("go2", "wbc_qp", True),
     ("anymal_c", "qp_coulomb", True), ("anymal_c", "wbc_qp", False), ("a1", "wbc_qp", True), ("hyq", "qp_coulomb", False)])
@@ -184,15 +195,9 @@ def test_each_quadruped_walks_up_and_down_a_10_degree_ramp(robot, formulation, k
     1 s, trot at 0.2 m/s across the whole ramp: no fall, the speed, the base's height above
     the ground within 20 % of the standing one, the summed normal force within 10 %."""
     source = str(write_robot_file(tmp_path, robot)) if robot in NEW_ROBOTS else robot
-    runner = LockstepRunner(Scenario(robot=source, formulation=formulation, duration=1.0, terrain="ramp",
-                                     terrain_known=known))
+    runner, run = _ramp_run(source, formulation, 10.0, known)
     ramp = runner.terrain
     far_end = ramp.start_m + 2.0 * ramp.climb_m + ramp.top_m
-    duration = 1.0 + (far_end + 0.3) / SPEED_M_S  # the hind feet are off the ramp at the end
-    runner = LockstepRunner(Scenario(robot=source, formulation=formulation, duration=duration, trot_start=1.0,
-                                     terrain="ramp", terrain_known=known, velocity=(SPEED_M_S, 0.0, 0.0),
-                                     compiled=not known))
-    run = runner.run()
     m, tr = run.metrics, run.trace
     assert not m["fell"], m
     assert m["fallback_ticks"] <= 1e-3 * m["ticks"], m["fallback_ticks"]
@@ -219,18 +224,6 @@ def test_without_following_the_ground_solo12_keeps_its_start_height_and_crouches
     standing = runner.q_standing[2] - runner.gait.ground_height
     above = min(tr.q[i, 2] - ramp.height(tr.q[i, 0], tr.q[i, 1]) for i in range(1000, tr.n, 10))
     assert above < standing - 0.8 * ramp.rise_m, (above, standing)
-
-
-def _ramp_run(source: str, formulation: str, slope_deg: float, known: bool, **gait):
-    """Stand 1 s, trot at 0.2 m/s across the whole ramp of ``slope_deg``: (runner, run)."""
-    runner = LockstepRunner(Scenario(robot=source, formulation=formulation, duration=1.0, terrain="ramp",
-                                     ramp_slope_deg=slope_deg))
-    ramp = runner.terrain
-    duration = 1.0 + (ramp.start_m + 2.0 * ramp.climb_m + ramp.top_m + 0.3) / SPEED_M_S
-    runner = LockstepRunner(Scenario(robot=source, formulation=formulation, duration=duration, trot_start=1.0,
-                                     terrain="ramp", ramp_slope_deg=slope_deg, terrain_known=known,
-                                     velocity=(SPEED_M_S, 0.0, 0.0), compiled=not known, gait_config=gait))
-    return runner, runner.run()
 
 
 def _pitch(q: np.ndarray) -> float:
