@@ -149,6 +149,10 @@ class TickSequence:
     ``torque_limit_nm`` the commanded |τ| bound per joint, ``friction`` the ground μ.
     ``surfaces``: the flat feet, ``(link, ((x, y, z), ...))`` per sole [m, link frame], whose
     corners are the contact frames ``<link>_corner_<i>`` (the peer models each sole whole).
+    ``measured_forces`` (T, k, 3) [N, world frame]: the contact forces handed to the
+    controller before each tick (``Controller.set_measured_forces``: the simulator's over the
+    period before it; standing: the forces that hold the pose), which the ``sensed``
+    formulation replays; None in a file recorded before 2026-11-29.
     """
 
     name: str
@@ -175,6 +179,7 @@ class TickSequence:
     foot_velocity_ref: np.ndarray
     foot_acceleration_ref: np.ndarray
     surfaces: tuple = ()
+    measured_forces: np.ndarray | None = None
 
     META = ("name", "robot", "dt_s", "joint_names", "contact_frames", "base_frame", "friction", "gains", "surfaces")
     #: controller arrays written from the sequence before each tick (untimed on both sides)
@@ -198,7 +203,8 @@ class TickSequence:
     def save(self, path: Path) -> Path:
         """An ``.npz`` both venvs read (plain arrays; the metadata as one JSON string)."""
         meta = {k: getattr(self, k) for k in self.META}
-        arrays = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self.META}
+        arrays = {f.name: getattr(self, f.name) for f in fields(self)
+                  if f.name not in self.META and getattr(self, f.name) is not None}
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         np.savez(path, meta=np.array(json.dumps(meta)), **arrays)
@@ -251,15 +257,23 @@ class _Recorder:
     """Wraps a Controller's ``update`` to record what it is given, tick by tick."""
 
     def __init__(self, ctrl):
-        self.ctrl, self.update = ctrl, ctrl.update
-        self.rows: dict[str, list] = {k: [] for k in ("q", "v", "contact", *TickSequence.REFERENCES)}
+        self.ctrl, self.update, self.set_measured = ctrl, ctrl.update, ctrl.set_measured_forces
+        self.rows: dict[str, list] = {k: [] for k in ("q", "v", "contact", "measured_forces",
+                                                      *TickSequence.REFERENCES)}
+        self.measured = np.zeros((len(ctrl.model.contacts), 3))  # the last forces handed over
         ctrl.update = self
+        ctrl.set_measured_forces = self._measured
+
+    def _measured(self, forces_world):
+        self.measured[:] = forces_world
+        return self.set_measured(forces_world)
 
     def __call__(self, q, v, contact_mask):
         rows, c = self.rows, self.ctrl
         rows["q"].append(np.array(q, dtype=float))
         rows["v"].append(np.array(v, dtype=float))
         rows["contact"].append(np.array(contact_mask, dtype=bool))
+        rows["measured_forces"].append(self.measured.copy())
         for name in TickSequence.REFERENCES:
             rows[name].append(np.array(getattr(c, name)))
         return self.update(q, v, contact_mask)
@@ -291,11 +305,15 @@ def standing_sequence(robot: str = "solo12", ticks: int = 2000, dt: float = 1e-3
     feet = np.array(f.contacts.position, dtype=float).reshape(k, 3)
     refs = {name: np.repeat(np.array(getattr(ctrl, name))[None], ticks, axis=0) for name in TickSequence.REFERENCES}
     refs["foot_position_ref"][:] = feet
+    result = ctrl.update(q_stand, np.zeros(model.nv), np.ones(k, dtype=bool)).result  # the forces that hold the pose
+    held = np.zeros((k, 3))
+    for frame, force in zip(result.contact_frames, result.forces):
+        held[model.contact_frames.index(frame)] = force
     return TickSequence(name="standing", robot=str(robot), dt_s=dt, joint_names=tuple(model.joint_names),
                         contact_frames=tuple(model.contact_frames), base_frame=_base_frame(model),
                         friction=float(spec.friction), torque_limit_nm=np.array(ctrl.tau_limit),
                         gains=_gains(ctrl), q=q, v=v, contact=np.ones((ticks, k), dtype=bool), surfaces=_surfaces(spec),
-                        **refs)
+                        measured_forces=np.repeat(held[None], ticks, axis=0), **refs)
 
 
 def trot_sequence(robot: str = "solo12", ticks: int = 2000, dt: float = 1e-3) -> TickSequence:
@@ -368,7 +386,8 @@ class ProjectTick:
         model = robots.load(spec)
         if tuple(model.joint_names) != seq.joint_names or tuple(model.contact_frames) != seq.contact_frames:
             raise ValueError(f"sequence {seq.name!r} was recorded for another model of {seq.robot!r}")
-        options = {"backend": backend} if backend else {}
+        # a formulation without a compiled backend has no option for it: it runs in Python
+        options = {"backend": backend} if backend and formulations.has_compiled_backend(formulation) else {}
         self.ctrl = Controller(model, _controller_config(spec, model, formulation, **options))
         self.ctrl.reset(seq.q[0], seq.v[0])
         self.backend = self.ctrl.formulation.backend
@@ -419,6 +438,8 @@ class ProjectTick:
     def _write_references(self, i: int) -> None:
         for target, rows in self._refs:
             target[...] = rows[i]
+        if self.seq.measured_forces is not None:  # what the sensed formulation replays
+            self.ctrl.set_measured_forces(self.seq.measured_forces[i])
 
     def run_block(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """``n`` ticks from the cursor on; per-tick wall and thread CPU times [s]."""
@@ -523,14 +544,20 @@ def parse_variants(entries) -> list[tuple[str, str, str]]:
     for entry in entries:
         spec, _, region = entry.partition("@")
         name, _, backend = spec.partition(":")
-        formulations.get(name)  # an unknown name fails before minutes of benchmarking
+        # an unknown name fails before minutes of benchmarking
+        compiled = formulations.has_compiled_backend(name)
+        if not compiled and backend == "native":
+            raise ValueError(f"{name!r} has no compiled backend: time it as {name}:python")
+        backend = backend or ("native" if compiled else "python")
         regions = (region,) if region else REGIONS
         for r in regions:
             if r not in REGIONS:
                 raise ValueError(f"unknown timed region {r!r} in {entry!r}; valid: {REGIONS}")
             if r == "compiled" and backend == "python":
+                if region:
+                    raise ValueError(f"{entry!r}: the compiled region needs the native backend")
                 continue
-            out.append((name, backend or "native", r))
+            out.append((name, backend, r))
     return out
 
 

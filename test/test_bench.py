@@ -40,7 +40,8 @@ def test_the_trot_sequence_moves_and_switches_contacts(trot, tmp_path):
     assert (trot.active.sum(axis=1) >= 2).all()  # a trot: two feet or more always hold
     assert trot.base_position_ref[-1, 0] - trot.base_position_ref[0, 0] > 0.03  # 0.2 m/s for 0.3 s
     loaded = bench.TickSequence.load(trot.save(tmp_path / "trot.npz"))
-    for name in ("q", "v", "contact", "swing", "foot_position_ref", "base_rotation_ref", "torque_limit_nm"):
+    for name in ("q", "v", "contact", "swing", "foot_position_ref", "base_rotation_ref", "torque_limit_nm",
+                 "measured_forces"):
         np.testing.assert_array_equal(getattr(loaded, name), getattr(trot, name))
     assert loaded.gains == trot.gains and loaded.contact_frames == trot.contact_frames
 
@@ -77,6 +78,26 @@ def test_a_report_without_the_peer_has_per_round_statistics(tmp_path):
         assert "ratio_to_peer" not in row
     assert report["peer"] is None and "not run" in bench.format_report(report)
     json.dumps(report)
+
+
+@pytest.mark.parametrize("formulation", ["lcp_coulomb", "lcp_noslip", "projected", "contact_lstsq", "sensed", "pid"])
+def test_a_formulation_without_a_compiled_backend_is_timed_in_python(trot, formulation):
+    """``bench --formulations lcp_coulomb`` times the formulations that exist in Python only
+    (until 2026-11-29 the bench handed them a ``backend`` option they do not have and ran
+    none of them): one variant, the controller region, backend python. Every replayed tick
+    of the trot is solved, none falls back: ``sensed`` replays the simulator's forces the
+    sequence recorded (before, it was given none and every tick failed). Asking for their
+    compiled tick is an error that says what to run instead."""
+    assert bench.parse_variants([formulation]) == [(formulation, "python", "controller")]
+    tick = bench.ProjectTick(trot, formulation, "controller", "python")
+    assert tick.backend == "python"
+    tick.run_block(trot.ticks)
+    assert tick.status == {"solved": trot.ticks} and tick.fallbacks == 0
+    tau = tick.ctrl.formulation.tau
+    assert np.all(np.isfinite(tau)) and np.all(np.abs(tau) <= tick.ctrl.model.tau_max + 1e-9)
+    for entry in (f"{formulation}:native", f"{formulation}@compiled"):
+        with pytest.raises(ValueError, match=formulation):
+            bench.parse_variants([entry])
 
 
 def test_a_heavy_robot_from_a_file_is_benchmarked_on_its_own_sequences(tmp_path):

@@ -54,6 +54,12 @@ def get(name: str) -> type[Formulation]:
     return getattr(import_module(f".{module}", __name__), cls)
 
 
+def has_compiled_backend(name: str) -> bool:
+    """Whether formulation ``name`` can run compiled (it has the ``backend`` option); the
+    others run in Python only."""
+    return "backend" in get(name).defaults
+
+
 def make(name: str, model: RobotModel, *, dt: float = 1e-3, **options: Any) -> Formulation:
     """Create formulation ``name`` for ``model`` with time step ``dt`` [s] and options."""
     return get(name)(model, dt=dt, **options)
