@@ -146,6 +146,9 @@ def cmd_bench_contacts(args) -> int:
 
 
 def cmd_experiments(args) -> int:
+    if args.robot is not None and args.name != "seed000":
+        print(f"idyn-control experiments: --robot is seed000's ({args.name} runs its own robots)", file=sys.stderr)
+        return 2
     if args.name == "seed004":
         from . import experiments_seed004
 

@@ -5,9 +5,10 @@ loop (:mod:`idyn_control.sim.lockstep`), fanned out over local worker processes,
 writes Markdown + JSON + PNG (DESIGN.md §5)::
 
     idyn-control experiments seed000 [--quick] [--workers N] [--out DIR] [--only PATTERN,...]
-                                     [--stabilization none|viip]
+                                     [--stabilization none|viip] [--robot NAME|FILE]
 
-Cells (quadruped, 1 kHz, seed 000 §7.3–7.6):
+Cells (the project's quadruped, seed 000 §7.1's platform, or ``--robot``'s legged robot
+with its own file; 1 kHz, seed 000 §7.3–7.6):
 
 - planar grid: 7 controllers — ID(t_i)QP,μ, ID(t_i)QP,∞, ID(t_i)LCP,μ, ID(t_i)LCP,∞,
   ID(t_{i−1}), ID(t_{i−2}), PID — × 4 grounds — rigid/compliant × μ = 0.1/∞ — on the 30 s
@@ -43,6 +44,7 @@ from typing import Any, Callable
 import numpy as np
 
 DEFAULT_OUT = "results/experiments/seed000"
+DEFAULT_ROBOT = "quadruped"  # seed 000 §7.1's platform (urdf/quadruped.urdf)
 
 #: controllers of seed 000 §7.3: key → (paper label, formulation, formulation options)
 CONTROLLERS: dict[str, tuple[str, str, dict[str, Any]]] = {
@@ -156,6 +158,7 @@ class Cell:
         terrain_seed: seed of the height map.
         stabilization: the controller's balance stabilization (``none`` or ``viip``, seed
             000 §7.3; :mod:`idyn_control.stabilization`), legged cells only.
+        robot: the legged cells' robot (a shipped name or a robot file's path).
     """
 
     group: str
@@ -166,6 +169,7 @@ class Cell:
     terrain_seed: int = 0
     stabilization: str = "none"
     contact_estimate: str = "force"
+    robot: str = DEFAULT_ROBOT
 
     @property
     def id(self) -> str:
@@ -173,11 +177,11 @@ class Cell:
 
 
 def cells(quick: bool = False, only: tuple[str, ...] = (), stabilization: str = "none",
-          contact_estimate: str = "force") -> list[Cell]:
+          contact_estimate: str = "force", robot: str = DEFAULT_ROBOT) -> list[Cell]:
     """The experiment's cells (``only``: fnmatch patterns on :attr:`Cell.id`;
-    ``stabilization``: of the quadruped's cells)."""
+    ``stabilization``, ``contact_estimate`` and ``robot``: of the legged cells)."""
     duration, task = (3.0, "trot") if quick else (30.0, "waypoints")
-    legged = {"stabilization": stabilization, "contact_estimate": contact_estimate}
+    legged = {"stabilization": stabilization, "contact_estimate": contact_estimate, "robot": robot}
     out = [Cell("planar", c, g, duration, task, **legged)
            for g in (QUICK_GROUNDS if quick else GROUNDS) for c in (QUICK_CONTROLLERS if quick else CONTROLLERS)]
     seeds = HEIGHTMAP_SEEDS[:1] if quick else HEIGHTMAP_SEEDS
@@ -190,6 +194,21 @@ def cells(quick: bool = False, only: tuple[str, ...] = (), stabilization: str = 
     return out
 
 
+def check_robot(robot: str) -> str:
+    """The legged cells' robot as the workers load it: a shipped name as given, a robot
+    file as its absolute path. Raises :class:`~idyn_control.errors.ConfigError` (or the
+    loader's error for an unknown name or a bad file) unless the robot stands on point feet
+    (``contacts.frames``; no flat feet, no hand): the gait trots, as seed 000's quadruped."""
+    from . import robots
+    from .errors import ConfigError
+
+    spec = robots.spec(robot)
+    if not spec.contact_frames or spec.surfaces or spec.hand is not None:
+        raise ConfigError("robot", robot, "seed 000's legged cells trot a robot on point feet "
+                                          "(contacts.frames; no contacts.surfaces, no hand)")
+    return robot if robot in robots.names() else str(Path(robot).resolve())
+
+
 # ====================================================================== one cell (worker)
 def legged_scenario(cell: Cell):
     """The lock-step :class:`~idyn_control.sim.lockstep.Scenario` of a planar or height-map cell."""
@@ -198,7 +217,7 @@ def legged_scenario(cell: Cell):
     _, formulation, options = CONTROLLERS[cell.controller]
     overrides = GROUNDS[cell.ground][1] if cell.group == "planar" else {"terrain": "heightmap",
                                                                        "terrain_seed": cell.terrain_seed}
-    return Scenario(robot="quadruped", formulation=formulation, formulation_options=dict(options),
+    return Scenario(robot=cell.robot, formulation=formulation, formulation_options=dict(options),
                     duration=cell.duration_s, task=cell.task, velocity=(0.2, 0.0, 0.0),
                     controller={"stabilization": cell.stabilization}, contact_estimate=cell.contact_estimate,
                     **overrides)
@@ -291,15 +310,18 @@ def _json_safe(d: dict[str, Any]) -> dict[str, Any]:
 # ====================================================================== orchestration
 def run(*, quick: bool = False, workers: int | None = None, out: str | Path = DEFAULT_OUT,
         only: tuple[str, ...] = (), hash_seed: int = 0, stabilization: str = "none",
-        contact_estimate: str = "force", log: Callable[[str], None] = print) -> dict[str, Any]:
+        contact_estimate: str = "force", robot: str = DEFAULT_ROBOT,
+        log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the cells over ``workers`` processes (default: all CPUs) and write the report.
 
     ``hash_seed``: the workers' PYTHONHASHSEED (see below); another value replays every cell
     with other round-off, a check of how robust a result is. ``stabilization``: the
     quadruped's (``none``, the default, or ``viip``; README "Balance stabilization").
     ``contact_estimate``: the legged cells' (``force``, the default, or ``touching``; see
-    :class:`~idyn_control.sim.lockstep.Scenario`)."""
-    todo = cells(quick, only, stabilization, contact_estimate)
+    :class:`~idyn_control.sim.lockstep.Scenario`). ``robot``: the legged cells' (a shipped
+    name or a robot file; the paper's numbers stay its quadruped's); see :func:`check_robot`."""
+    robot = check_robot(robot)
+    todo = cells(quick, only, stabilization, contact_estimate, robot)
     workers = max(1, min(workers or os.cpu_count() or 1, max(len(todo), 1)))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -335,7 +357,7 @@ def run(*, quick: bool = False, workers: int | None = None, out: str | Path = DE
         "experiment": "seed000",
         "meta": {"quick": quick, "workers": workers, "cells": len(todo), "wall_time_s": time.perf_counter() - wall0,
                  "commit": _git_commit(), "hash_seed": hash_seed, "machine": f"{os.cpu_count()} CPUs, {sys.platform}",
-                 "robot": "quadruped", "control_rate_hz": 1000, "task": todo[0].task if todo else None,
+                 "robot": robot, "control_rate_hz": 1000, "task": todo[0].task if todo else None,
                  "stabilization": stabilization, "contact_estimate": contact_estimate},
         "paper": PAPER,
         "metric_definitions": METRIC_DEFINITIONS,
@@ -395,12 +417,14 @@ def format_markdown(report: dict[str, Any], figures: list[str]) -> str:
     """The report: each of our values beside the paper's."""
     by_id = {c["id"]: c for c in report["cells"]}
     meta = report["meta"]
+    robot = meta.get("robot", DEFAULT_ROBOT)
     lines = [f"# seed 000 §7–8 reproduced ({'quick' if meta['quick'] else 'full'})", "",
-             f"Quadruped, 1 kHz lock-step MuJoCo, task: {meta['task']}, stabilization: "
+             f"{'Quadruped' if robot == DEFAULT_ROBOT else f'Robot {robot} (its own file; the paper: its quadruped)'}, "
+             f"1 kHz lock-step MuJoCo, task: {meta['task']}, stabilization: "
              f"{meta.get('stabilization', 'none')}, contact estimate: {meta.get('contact_estimate', 'force')}; "
              f"{meta['cells']} cells on "
              f"{meta['workers']} workers, {meta['wall_time_s']:.0f} s wall; commit {meta['commit']}.",
-             "Each cell: ours, then the paper's value in parentheses. \"–\": the quadruped fell (ours: Tables 3–4 "
+             "Each cell: ours, then the paper's value in parentheses. \"–\": the robot fell (ours: Tables 3–4 "
              "are still computed up to the fall and marked †; Table 5 prints – as the paper does).", ""]
     lines += ["## How the metrics are computed", ""]
     lines += [f"- **{k}**: {v}" for k, v in report["metric_definitions"].items()] + [""]
@@ -628,19 +652,41 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stabilization", default="none", choices=("none", "viip"),
                    help="the quadruped's balance stabilization (seed000; default none: README "
                         "'Balance stabilization' says why)")
+    p.add_argument("--robot", default=None,
+                   help=f"seed000: the legged cells' robot, a shipped name or a robot file (default "
+                        f"{DEFAULT_ROBOT}, seed 000's platform; the paper's values stay its quadruped's); "
+                        "the report goes to results/experiments/seed000_<robot> unless --out says")
     p.add_argument("--contact-estimate", default="force", choices=CONTACT_ESTIMATES,
                    help="the legged cells' contact estimate (seed000): force = a foot the ground pushed "
                         "over the last period (as the bridge node publishes), touching = the feet "
                         "MuJoCo's collision detection finds touching at the current state")
 
 
+def default_out(robot: str) -> str:
+    """Where a run for ``robot`` writes by default: the quadruped's under DEFAULT_OUT, any
+    other robot's beside it, named after its file's ``robot`` parameter."""
+    if robot == DEFAULT_ROBOT:
+        return DEFAULT_OUT
+    from . import robots
+
+    return f"{DEFAULT_OUT}_{robots.spec(robot).name}"
+
+
 def main(args: argparse.Namespace) -> int:
+    from .errors import IdynError
+
+    robot = args.robot or DEFAULT_ROBOT
+    try:
+        robot = check_robot(robot)
+    except IdynError as exc:
+        print(f"idyn-control experiments: {exc}", file=sys.stderr)
+        return 2
     only = tuple(p for p in args.only.split(",") if p)
     if not cells(args.quick, only):
         print(f"idyn-control experiments: no cell matches {args.only!r}; cells: "
               + ", ".join(c.id for c in cells(args.quick)), file=sys.stderr)
         return 2
-    report = run(quick=args.quick, workers=args.workers, out=args.out or DEFAULT_OUT, only=only,
+    report = run(quick=args.quick, workers=args.workers, out=args.out or default_out(robot), only=only,
                  hash_seed=args.hash_seed, stabilization=args.stabilization,
-                 contact_estimate=args.contact_estimate, log=lambda m: print(m, flush=True))
+                 contact_estimate=args.contact_estimate, robot=robot, log=lambda m: print(m, flush=True))
     return 1 if any("error" in c for c in report["cells"]) else 0

@@ -241,3 +241,41 @@ def test_experiments_quick_writes_report(tmp_path, capsys):
     assert len(series["heightmap/seed0/pid"]["joint_error_rad"]) > 100
     for png in ("fig16_heightmap_tracking.png", "fig17_com_paths.png"):
         assert (tmp_path / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_seed000_runs_a_robot_described_only_by_its_file(tmp_path, capsys, monkeypatch):
+    """``experiments seed000 --robot <file>``: A1 (a file written here, not shipped) trots
+    the quick cells with its own gains and gait; the report names it, its force prediction
+    is the simulator's within 5 %, and the default output is beside the quadruped's."""
+    from conftest import write_robot_file
+
+    from idyn_control import experiments
+
+    path = write_robot_file(tmp_path, "a1")
+    monkeypatch.chdir(tmp_path)  # the default output directory is relative
+    rc = cli.main(["experiments", "seed000", "--quick", "--workers", "1", "--robot", str(path),
+                   "--only", "planar/rigid_mu0.1/qp_coulomb,planar/rigid_inf/lcp_coulomb"])
+    assert rc == 0, capsys.readouterr().err
+    out = tmp_path / experiments.default_out(str(path))
+    assert out.name == f"seed000_{robots.spec(path).name}"
+    report = json.loads((out / "seed000.json").read_text())
+    assert report["meta"]["robot"] == str(path.resolve())
+    for c in report["cells"]:
+        assert c["cell"]["robot"] == str(path.resolve())
+        assert not c["fell"], c["id"]
+        assert c["metrics"]["force_error_sum_rel"] < 0.05, (c["id"], c["metrics"]["force_error_sum_rel"])
+        # A1's weight, not the quadruped's 28 N
+        assert c["metrics"]["measured_normal_sum_N"] > 100.0
+    assert f"Robot {path.resolve()}" in (out / "seed000.md").read_text()
+
+
+@pytest.mark.parametrize("robot", ["g1", "panda", "ur5"])
+def test_seed000_refuses_a_robot_the_gait_cannot_trot(robot, capsys):
+    from idyn_control.errors import ConfigError
+    from idyn_control.experiments import check_robot
+
+    with pytest.raises(ConfigError, match="point feet"):
+        check_robot(robot)
+    assert cli.main(["experiments", "seed000", "--robot", robot]) == 2
+    assert "point feet" in capsys.readouterr().err
+    assert cli.main(["experiments", "faults", "--robot", "go2"]) == 2
