@@ -23,11 +23,6 @@ from .model import RobotModel
 from .sim.terrain import RAMP_SLOPE_DEG, RAMP_SLOPE_RANGE_DEG
 
 
-def _python_only() -> list[str]:
-    """The formulations without a compiled backend (no ``backend`` option)."""
-    return [n for n in formulations.names() if not formulations.has_compiled_backend(n)]
-
-
 def _model(args) -> tuple[RobotModel, str | None]:
     if args.urdf:
         frames = tuple(f for f in (args.contacts or "").split(",") if f)
@@ -199,8 +194,8 @@ def main(argv=None) -> int:
     add_robot(p)
     p.add_argument("--formulations", default="qp_coulomb,wbc_qp",
                    help="comma-separated name[:backend][@region]; backend native (default) or python "
-                        f"(the only one of {', '.join(_python_only())}: their default), region controller "
-                        "or compiled (default: both; python: controller)")
+                        "(the default, and the only one, of a formulation without a compiled tick: "
+                        "lcp_coulomb, ...), region controller or compiled (default: both; python: controller)")
     p.add_argument("--scenarios", default=None,
                    help="comma-separated: standing, trot, balance (default: standing,trot; a robot on "
                         "flat feet, contacts.surfaces: standing,balance)")

@@ -26,13 +26,14 @@ KEYS = ("fell", "fall_time_s", "force_error_sum_rel", "joint_position_error_rad"
 
 
 def _waypoints(robot: str, controller: str, ground: str) -> dict:
-    code = ("import dataclasses, json, sys; from idyn_control import experiments as E; "
-            "from idyn_control.sim.lockstep import run_scenario; r, c, g, d = json.loads(sys.argv[1]); "
-            "s = dataclasses.replace(E.legged_scenario(E.Cell('planar', c, g, d, 'waypoints')), robot=r); "
-            f"m = run_scenario(s).metrics; print(json.dumps({{k: m.get(k) for k in {KEYS!r}}}))")
+    code = ("import json, sys; from idyn_control import experiments as E; r, c, g, d = json.loads(sys.argv[1]); "
+            "out = E.run_cell(E.Cell('planar', c, g, d, 'waypoints', robot=r)); "
+            f"print(json.dumps(out.get('error') or {{k: out['metrics'].get(k) for k in {KEYS!r}}}))")
     out = subprocess.run([sys.executable, "-c", code, json.dumps([robot, controller, ground, DURATION_S])],
                          capture_output=True, text=True, check=True, env=dict(os.environ, PYTHONHASHSEED="0"))
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    metrics = json.loads(out.stdout.strip().splitlines()[-1])
+    assert isinstance(metrics, dict), f"{robot} {controller} {ground}: {metrics}"  # a cell that raised
+    return metrics
 
 
 @pytest.mark.parametrize("ground", ["rigid_mu0.1", "rigid_inf"])
