@@ -83,12 +83,24 @@ NEW_ROBOTS = {
                joints=[f"{leg}_{j}_joint" for leg in ("FL", "FR", "RL", "RR") for j in ("hip", "thigh", "calf")],
                positions=[0.0, 0.8, -1.6] * 4),
 }
+#: two more, tried only where a test says so: Laikago (25 kg) and ANYmal B (30 kg); ANYmal B's
+#: pose is its SRDF's "standing", Laikago's (no SRDF) a crouch like A1's
+MORE_ROBOTS = {
+    "laikago": dict(urdf="package://example-robot-data/robots/laikago_description/urdf/laikago.urdf",
+                    frames=["FL_foot", "FR_foot", "RL_foot", "RR_foot"],
+                    joints=[f"{leg}_{j}_joint" for leg in ("FL", "FR", "RL", "RR") for j in ("hip", "thigh", "calf")],
+                    positions=[0.0, 0.7, -1.4] * 4),
+    "anymal_b": dict(urdf="anymal_b_simple_description/robots/anymal.urdf",
+                     frames=["LF_FOOT", "RF_FOOT", "LH_FOOT", "RH_FOOT"],
+                     joints=[f"{leg}_{j}" for leg in ("LF", "RF", "LH", "RH") for j in ("HAA", "HFE", "KFE")],
+                     positions=[-0.1, 0.7, -1.0, 0.1, 0.7, -1.0, -0.1, -0.7, 1.0, 0.1, -0.7, 1.0]),
+}
 
 
 def write_robot_file(tmp_path: Path, name: str, **extra) -> Path:
     """A user's robot file; HyQ's URDF is named by a path relative to the file (through a
     link to example-robot-data's robots/ beside it), A1's by a package:// URI."""
-    r = NEW_ROBOTS[name]
+    r = NEW_ROBOTS[name] if name in NEW_ROBOTS else MORE_ROBOTS[name]
     urdf = r["urdf"]
     if not urdf.startswith("package://"):
         link = tmp_path / "descriptions"
