@@ -198,14 +198,22 @@ def check_robot(robot: str) -> str:
     """The legged cells' robot as the workers load it: a shipped name as given, a robot
     file as its absolute path. Raises :class:`~idyn_control.errors.ConfigError` (or the
     loader's error for an unknown name or a bad file) unless the robot stands on point feet
-    (``contacts.frames``; no flat feet, no hand): the gait trots, as seed 000's quadruped."""
+    (``contacts.frames``; no flat feet, no hand) and its feet move sideways (the task turns
+    it): the gait trots, as seed 000's quadruped."""
     from . import robots
     from .errors import ConfigError
+
+    from .controller import Controller
+    from .gait import Gait
 
     spec = robots.spec(robot)
     if not spec.contact_frames or spec.surfaces or spec.hand is not None:
         raise ConfigError("robot", robot, "seed 000's legged cells trot a robot on point feet "
                                           "(contacts.frames; no contacts.surfaces, no hand)")
+    model = robots.load(spec)
+    if not Gait(Controller(model), robots.standing_configuration(model, spec)).velocity_axes.all():
+        raise ConfigError("robot", robot, "seed 000's waypoint task turns the robot, and its feet cannot "
+                                          "move sideways (legs without abduction): the gait would only trot straight")
     return robot if robot in robots.names() else str(Path(robot).resolve())
 
 

@@ -83,7 +83,7 @@ NEW_ROBOTS = {
                joints=[f"{leg}_{j}_joint" for leg in ("FL", "FR", "RL", "RR") for j in ("hip", "thigh", "calf")],
                positions=[0.0, 0.8, -1.6] * 4),
 }
-#: two more, tried only where a test says so: Laikago (25 kg) and ANYmal B (30 kg); ANYmal B's
+#: more, tried only where a test says so: Laikago (25 kg) and ANYmal B (30 kg); ANYmal B's
 #: pose is its SRDF's "standing", Laikago's (no SRDF) a crouch like A1's
 MORE_ROBOTS = {
     "laikago": dict(urdf="package://example-robot-data/robots/laikago_description/urdf/laikago.urdf",
@@ -94,6 +94,11 @@ MORE_ROBOTS = {
                      frames=["LF_FOOT", "RF_FOOT", "LH_FOOT", "RH_FOOT"],
                      joints=[f"{leg}_{j}" for leg in ("LF", "RF", "LH", "RH") for j in ("HAA", "HFE", "KFE")],
                      positions=[-0.1, 0.7, -1.0, 0.1, 0.7, -1.0, -0.1, -0.7, 1.0, 0.1, -0.7, 1.0]),
+    # Solo 8 (2.2 kg): two joints per leg, no abduction; its SRDF's "standing"
+    "solo8": dict(urdf="solo_description/robots/solo.urdf",
+                  frames=["FL_FOOT", "FR_FOOT", "HL_FOOT", "HR_FOOT"],
+                  joints=[f"{leg}_{j}" for leg in ("FL", "FR", "HL", "HR") for j in ("HFE", "KFE")],
+                  positions=[0.8, -1.6, 0.8, -1.6, -0.8, 1.6, -0.8, 1.6]),
 }
 
 

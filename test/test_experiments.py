@@ -279,3 +279,13 @@ def test_seed000_refuses_a_robot_the_gait_cannot_trot(robot, capsys):
     assert cli.main(["experiments", "seed000", "--robot", robot]) == 2
     assert "point feet" in capsys.readouterr().err
     assert cli.main(["experiments", "faults", "--robot", "go2"]) == 2
+
+
+def test_seed000_refuses_a_robot_that_cannot_turn(tmp_path, capsys):
+    """Solo 8's legs have no abduction: its gait holds any yaw rate at 0, and the waypoint
+    task's turns would never come."""
+    from conftest import write_robot_file
+
+    source = str(write_robot_file(tmp_path, "solo8"))
+    assert cli.main(["experiments", "seed000", "--robot", source, "--quick"]) == 2
+    assert "cannot move sideways" in capsys.readouterr().err

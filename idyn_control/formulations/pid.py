@@ -10,9 +10,9 @@ at construction from M at the neutral configuration; nothing model-based runs pe
 - a floating base: :data:`LEGGED_GAIN_FACTOR` times the median of that diagonal, the same
   for every joint. A stance leg carries the body, which diag(M) at the neutral pose (legs
   straight, nothing carried) leaves out: the knees, whose own links are light, get a
-  tenth of what they need. With it (and no integral term), A1, Go1, B1, HyQ, Laikago and
-  ANYmal B fell in 17 of 18 runs (stand 1 s, trot 5 s; rigid μ 0.3, compliant μ ∞, the
-  height map), 16 of them within 0.33 s. A shared gain of 1.5 to 6 times the median walked all of them
+  tenth of what they need. With it (and no integral term), A1, Go1, B1, HyQ, Laikago,
+  ANYmal B and Solo 8 fell in 20 of 21 runs (stand 1 s, trot 5 s; rigid μ 0.3, compliant
+  μ ∞, the height map), 19 of them within 0.33 s. A shared gain of 1.5 to 6 times the median walked all of them
   (8 s, trot 0.2 m/s, rigid μ 0.7, ``ki`` 10); 12 times made three fall (too stiff for
   the swing legs). 3 is that window's middle.
 

@@ -187,8 +187,10 @@ class CompiledGait:
 
     def command(self, vx: float, vy: float, yaw_rate: float, now: float) -> None:
         """The latest /cmd_vel and its receive time (``time.monotonic()``), for :meth:`drive`;
-        any thread, a data write."""
-        self._ext.command(float(vx), float(vy), float(yaw_rate), float(now))
+        any thread, a data write. What the legs cannot realize
+        (:attr:`Gait.velocity_axes`) is held at 0, as :meth:`Gait.set_velocity` does."""
+        axes = self.reference.velocity_axes
+        self._ext.command(float(vx) * axes[0], float(vy) * axes[1], float(yaw_rate) * axes[2], float(now))
 
     # ------------------------------------------------------------------ tick
     def reset(self, t: float, q: np.ndarray, v: np.ndarray, contact_mask=None) -> None:

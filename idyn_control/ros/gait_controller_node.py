@@ -152,6 +152,10 @@ class GaitControllerNode(ControllerNode):
                 f"({cmd[0]:g}, {cmd[1]:g}) m/s, {cmd[2]:g} rad/s beyond {CMD_VEL_LINEAR_MAX:g} m/s, "
                 f"{CMD_VEL_YAW_MAX:g} rad/s"))
             return
+        gait = self.gait.reference if self._gait_compiled() else self.gait
+        if gait is not None and np.any(cmd * (1.0 - gait.velocity_axes)):  # the gait holds these at 0
+            self._log_throttled("cmd_vel.axes", f"this robot's feet cannot move sideways: /cmd_vel's "
+                                f"linear.y ({cmd[1]:g} m/s) and angular.z ({cmd[2]:g} rad/s) are held at 0")
         self._cmd_vel[:] = cmd
         self._cmd_vel_time = time.monotonic()
         if self._gait_compiled():
