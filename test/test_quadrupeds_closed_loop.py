@@ -341,8 +341,8 @@ def test_the_gait_knows_which_robots_cannot_step_sideways(tmp_path):
     from idyn_control.controller import Controller
     from idyn_control.gait import Gait
 
-    for robot in QUADRUPEDS + ("laikago", "anymal_b", "solo8"):
-        source = str(write_robot_file(tmp_path, robot)) if robot not in QUADRUPEDS[:4] or robot in NEW_ROBOTS else robot
+    for robot in QUADRUPEDS + tuple(sorted(MORE_ROBOTS)):
+        source = robot if robot in robots.names() else str(write_robot_file(tmp_path, robot))
         model = robots.load(source)
         gait = Gait(Controller(model), robots.standing_configuration(model, source))
         expected = [1.0, 0.0, 0.0] if robot == "solo8" else [1.0, 1.0, 1.0]
