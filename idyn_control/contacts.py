@@ -85,6 +85,8 @@ class ContactSet:
         rotation: (k, 3, 3) orientations of the contact frames in the world.
         basis: (k, 3, 3) rows (t1, t2, n) per contact.
         friction_rows: (k, 5, 3) pyramid rows, ``friction_rows[i] @ f_i ≤ 0``.
+        inscribed_rows: (k, 5, 3) the same for the pyramid inscribed in the Coulomb cone
+            (:func:`inscribed_pyramid_rows`), kept in step with ``friction_rows``.
         phi: (k,) signed distances [m] (0 unless set: estimates say "touching").
         active: (k,) bool mask of contacts touching now.
         max_normal_force: (k,) upper bound of each active contact's normal force n·f [N]
@@ -115,6 +117,7 @@ class ContactSet:
         self.released = np.zeros(k, dtype=bool)
         self.basis = np.zeros((k, 3, 3))
         self.friction_rows = np.zeros((k, PYRAMID_ROWS, 3))
+        self.inscribed_rows = np.zeros((k, PYRAMID_ROWS, 3))
         self.mu = np.zeros(k)
         self._surface_normal = np.full((k, 3), np.nan)  # last set_surface normal per contact
         #: incremented whenever the active set, a contact's μ or its normal changes: QP
@@ -147,6 +150,7 @@ class ContactSet:
         mu = min(mu, MU_MAX)
         self.mu[index] = mu
         self.friction_rows[index] = pyramid_rows(self.basis[index], mu)
+        self.inscribed_rows[index] = inscribed_pyramid_rows(self.basis[index], mu)
         self.version += 1
 
     def set_surface(self, index: int, normal_world: np.ndarray, mu: float) -> bool:
@@ -234,6 +238,7 @@ class ContactSet:
             self.drift[i] -= a_origin + np.cross(alpha, r) + np.cross(w, np.cross(w, r))
             self.basis[i] = tangent_basis(oMb.rotation @ normal_body)
             self.friction_rows[i] = pyramid_rows(self.basis[i], self.mu[i])
+            self.inscribed_rows[i] = inscribed_pyramid_rows(self.basis[i], self.mu[i])
         self.version += 1
 
     def fill_friction_rows(self, C: np.ndarray, lo: np.ndarray, hi: np.ndarray, *,

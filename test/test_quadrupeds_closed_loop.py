@@ -374,3 +374,37 @@ def test_solo8_told_to_turn_and_step_sideways_trots_straight_on(friction, compil
     assert forward == pytest.approx(SPEED_M_S, rel=0.15)
     assert abs(q[-1, 1] - q[0, 1]) < 0.05
     assert m["force_error_sum_rel"] < 0.05, m
+
+
+#: the waypoint task on rigid μ 0.1: cells that fall today (strict xfails)
+WAYPOINT_FAILS = {
+    ("quadruped", "wbc_qp"): "marginal: falls at 5.6 s here; with the trot from 1 s it walked 20 s compiled and fell "
+                             "at 17.1 s in Python",
+    ("anymal_c", "wbc_qp"): "falls at 5.0 s in the first turn in place (see the turning test above)",
+    ("anymal_c", "qp_coulomb"): "falls at 6.6 s in the first turn in place (see the turning test above)",
+}
+
+
+def _waypoint_cells() -> list:
+    return [pytest.param(robot, formulation, id=f"{robot}-{formulation}",
+                         marks=[pytest.mark.xfail(strict=True, reason=WAYPOINT_FAILS[robot, formulation])]
+                         if (robot, formulation) in WAYPOINT_FAILS else [])
+            for robot in QUADRUPEDS + tuple(sorted(set(MORE_ROBOTS) - {"solo8"}))
+            for formulation in ("wbc_qp", "qp_coulomb")]
+
+
+@pytest.mark.parametrize("robot, formulation", _waypoint_cells())
+def test_each_quadruped_walks_the_waypoint_task_on_low_friction_ground(robot, formulation, tmp_path):
+    """Seed 000's waypoint task (accelerate from rest, turn in place, turn while moving) for
+    20 s on rigid μ 0.1, compiled ticks: no fall, two waypoints reached, the predicted summed
+    normal force within 5 %. The turns push the feet sideways along the friction pyramid's
+    diagonals; while ``wbc_qp`` planned in the square pyramid (up to √2 μ there), the
+    project quadruped, ANYmal C, B1, HyQ, Laikago and ANYmal B fell (Python ticks, trot from
+    1 s)."""
+    source = robot if robot in robots.names() else str(write_robot_file(tmp_path, robot))
+    run = run_scenario(Scenario(robot=source, formulation=formulation, duration=20.0, task="waypoints",
+                                friction=0.1, compiled=True))
+    m = run.metrics
+    assert not m["fell"], m
+    assert m["waypoints_reached"] >= 2, m
+    assert m["force_error_sum_rel"] < 0.05, m

@@ -28,7 +28,7 @@ from ..qp import SOLVED
 BACKENDS = ("auto", "native", "python")
 
 #: options read once, when the solvers are built
-CONSTRUCTION_OPTIONS = frozenset({"backend", "solver", "warm_start", "eps_abs"})
+CONSTRUCTION_OPTIONS = frozenset({"backend", "solver", "warm_start", "eps_abs", "friction_cone"})
 
 #: relative cut-off on the Delassus matrix J M⁻¹ Jᵀ (redundant contact constraints)
 _DELASSUS_RCOND = 1e-10

@@ -257,7 +257,7 @@ class Wbc:
         self.info = np.zeros(6)
         self.tasks = np.zeros((0, TASK_STRIDE))
         self._tau_max = _TauMax(f.model)
-        self._ext = _bind_solver(self.lib.Wbc, engine._ext, cs.friction_rows, cs.max_normal_force, cs.released,
+        self._ext = _bind_solver(self.lib.Wbc, engine._ext, f.friction_rows, cs.max_normal_force, cs.released,
                                  bool(o["warm_start"]), float(o["eps_abs"]), f.qdd_des, cs.active, self.weights,
                                  self._tau_max.array, f.qdd, f.tau, f.forces, self.info)
         self._tau_max.solver = self._ext
