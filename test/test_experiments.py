@@ -289,3 +289,21 @@ def test_seed000_refuses_a_robot_that_cannot_turn(tmp_path, capsys):
     source = str(write_robot_file(tmp_path, "solo8"))
     assert cli.main(["experiments", "seed000", "--robot", source, "--quick"]) == 2
     assert "cannot move sideways" in capsys.readouterr().err
+
+
+def test_table5s_per_tick_relative_error_is_the_mean_of_each_ticks_ratio():
+    """The per-tick relative force error is the mean over the loaded ticks of |Σ predicted −
+    Σ measured| / Σ measured (normal forces); the relative error is the ratio of the means."""
+    from idyn_control.sim.lockstep import LockstepRunner, Scenario
+    from idyn_control.sim.metrics import MIN_LOAD_FRACTION
+
+    runner = LockstepRunner(Scenario(robot="quadruped", formulation="qp_coulomb", duration=2.0, trot_start=0.5))
+    run = runner.run()
+    tr, m = run.trace, run.metrics
+    pred, meas = tr.f_pred[:, :, 2].sum(axis=1), tr.f_meas[:, :, 2].sum(axis=1)
+    loaded = meas > MIN_LOAD_FRACTION * runner.weight
+    assert not tr.fallback[loaded].any()
+    ratios = np.abs(pred - meas)[loaded] / meas[loaded]
+    assert m["force_error_sum_rel_per_tick"] == pytest.approx(ratios.mean(), rel=1e-12)
+    assert m["force_error_sum_rel"] == pytest.approx(np.abs(pred - meas)[loaded].mean() / meas[loaded].mean(), rel=1e-12)
+    assert 0.0 < m["force_error_sum_rel_per_tick"] < 0.1
