@@ -135,8 +135,8 @@ METRIC_DEFINITIONS = {
                "(flat ground: normal = world z); per-tick relative = the mean over those ticks of |Σ f_pred,z − "
                "Σ f_meas,z| / Σ f_meas,z (the paper's absolute over relative errors, 30–82 N for its 47 N robot, "
                "suggest it averaged such ratios; which it used is not stated). Only ticks where the formulation "
-               "answered (fallback ticks predict 0). 'at unseen touchdowns' = the share of that error on ticks where a foot touched "
-               "down that the contact estimate (the previous period's forces; with --contact-estimate touching "
+               "answered (fallback ticks predict 0). 'at unseen touchdowns' = the share of that error on ticks "
+               "where a foot touched down that the contact estimate (the previous period's forces; with --contact-estimate touching "
                "the feet the simulator finds touching, so none) did not count yet, so no "
                "formulation predicts its impact; 'other ticks' = the relative error over the rest.",
     "Manipulator": "box dropped: first tick its centre is > 2 cm from the fingertips' centroid; arm error = "
@@ -203,9 +203,8 @@ def check_robot(robot: str) -> str:
     (``contacts.frames``; no flat feet, no hand) and its feet move sideways (the task turns
     it): the gait trots, as seed 000's quadruped."""
     from . import robots
-    from .errors import ConfigError
-
     from .controller import Controller
+    from .errors import ConfigError
     from .gait import Gait
 
     spec = robots.spec(robot)

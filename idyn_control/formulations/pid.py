@@ -12,16 +12,17 @@ at construction from M at the neutral configuration; nothing model-based runs pe
   straight, nothing carried) leaves out: the knees, whose own links are light, get a
   tenth of what they need. With it (and no integral term), A1, Go1, B1, HyQ, Laikago,
   ANYmal B and Solo 8 fell in 20 of 21 runs (stand 1 s, trot 5 s; rigid μ 0.3, compliant
-  μ ∞, the height map), 19 of them within 0.33 s. A shared gain of 1.5 to 6 times the median walked all of them
-  (8 s, trot 0.2 m/s, rigid μ 0.7, ``ki`` 10); 12 times made three fall (too stiff for
-  the swing legs). 3 is that window's middle.
+  μ ∞, the height map), 19 of them within 0.33 s. A shared gain of 1.5 to 6 times the
+  median walked all of them (8 s, trot 0.2 m/s, rigid μ 0.7, ``ki`` 10); 12 times made
+  three fall (too stiff for the swing legs). 3 is that window's middle.
 
 The reported q̈ and forces are what τ would produce with the active contacts held
 (constrained forward dynamics), for comparison only.
 
 The integral is what carries the body's weight: with no model, the proportional term
-alone holds a load only by sagging under it (so ``ki`` defaults to 10/s, what the shipped
-robots' files use; with 0 and the gain above, Go1 and Laikago fell within 1.5 s). Its anti-windup bound is a torque (the
+alone holds a load only by sagging under it. So ``ki`` defaults to 10/s, as three of the
+four shipped quadrupeds' files have it: with 0 and the gain above, Go1 and Laikago fell
+within 1.5 s of seed 000's waypoint task on rigid μ 0.1. Its anti-windup bound is a torque (the
 integral term never asks a joint for more than ``integral_limit`` N·m), not a bound on
 the integral state: a state bound of 1 rad/s capped the project quadruped's integral
 term at 0.05 N·m, a tenth of a standing knee's load, and the robot sank 6 cm in 0.9 s
