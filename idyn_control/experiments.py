@@ -203,16 +203,15 @@ def check_robot(robot: str) -> str:
     (``contacts.frames``; no flat feet, no hand) and its feet move sideways (the task turns
     it): the gait trots, as seed 000's quadruped."""
     from . import robots
-    from .controller import Controller
     from .errors import ConfigError
-    from .gait import Gait
+    from .gait import feet_move_sideways
 
     spec = robots.spec(robot)
     if not spec.contact_frames or spec.surfaces or spec.hand is not None:
         raise ConfigError("robot", robot, "seed 000's legged cells trot a robot on point feet "
                                           "(contacts.frames; no contacts.surfaces, no hand)")
     model = robots.load(spec)
-    if not Gait(Controller(model), robots.standing_configuration(model, spec)).velocity_axes.all():
+    if not feet_move_sideways(model, robots.standing_configuration(model, spec)):
         raise ConfigError("robot", robot, "seed 000's waypoint task turns the robot, and its feet cannot "
                                           "move sideways (legs without abduction): the gait would only trot straight")
     return robot if robot in robots.names() else str(Path(robot).resolve())

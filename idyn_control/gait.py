@@ -237,6 +237,24 @@ def _yaw_of(R: np.ndarray) -> float:
     return math.atan2(R[1, 0], R[0, 0])
 
 
+def feet_move_sideways(model, q) -> bool:
+    """Whether every foot's joints can move it along the base's lateral axis at
+    configuration ``q`` (the lateral direction is in the range of its leg Jacobian): False
+    for legs in sagittal planes (no abduction, Solo 8), which can neither step sideways nor
+    turn."""
+    pm, nb = model.pin_model, model.n_base
+    data = pm.createData()
+    pin.computeJointJacobians(pm, data, q)
+    lateral = pin.Quaternion(q[6], q[3], q[4], q[5]).toRotationMatrix()[:, 1]
+    for fid in model.contact_frame_ids:
+        J = pin.getFrameJacobian(pm, data, fid, pin.LOCAL_WORLD_ALIGNED)[:3, nb:]
+        U, sv, _ = np.linalg.svd(J, full_matrices=False)
+        basis = U[:, sv > 1e-6 * max(sv.max(initial=0.0), 1e-12)]
+        if np.linalg.norm(lateral - basis @ (basis.T @ lateral)) > 0.5:
+            return False
+    return True
+
+
 class Gait:
     """Stand/trot gait writing the references of a :class:`Controller`.
 
@@ -294,7 +312,7 @@ class Gait:
         #: abduction: Solo 8) can neither trot sideways nor turn, since a stance phase's two
         #: diagonal feet, held by the ground, lock the body's yaw; commanded anyway, Solo 8 fell
         #: within 3 s at 0.3 rad/s on rigid μ∞
-        self.velocity_axes = np.array([1.0, 1.0, 1.0]) if self._feet_move_sideways(q0, R0) else np.array([1.0, 0.0, 0.0])
+        self.velocity_axes = np.array([1.0, 1.0, 1.0]) if feet_move_sideways(model, q0) else np.array([1.0, 0.0, 0.0])
         self.touchdown_phases = self._touchdown_phases()
         mu = min(c.friction for c in model.contacts)
         self.max_acceleration = min(self.config.max_acceleration, FRICTION_ACCELERATION * mu * GRAVITY)
@@ -343,20 +361,6 @@ class Gait:
         self._v_ik = np.zeros(model.nv)  # the reference velocity at the IK's configuration
         self._a_zero = np.zeros(model.nv)
         self._ik_damping = 1e-8 * np.eye(3 * k)
-
-    def _feet_move_sideways(self, q0: np.ndarray, R0: np.ndarray) -> bool:
-        """Whether every foot's joints can move it along the base's lateral axis at the
-        standing pose (the lateral direction is in the range of its leg Jacobian)."""
-        pm, nb = self.model.pin_model, self.model.n_base
-        pin.computeJointJacobians(pm, self._data, q0)
-        lateral = R0[:, 1]
-        for fid in self.model.contact_frame_ids:
-            J = pin.getFrameJacobian(pm, self._data, fid, pin.LOCAL_WORLD_ALIGNED)[:3, nb:]
-            U, sv, _ = np.linalg.svd(J, full_matrices=False)
-            basis = U[:, sv > 1e-6 * max(sv.max(initial=0.0), 1e-12)]
-            if np.linalg.norm(lateral - basis @ (basis.T @ lateral)) > 0.5:
-                return False
-        return True
 
     # ------------------------------------------------------------------ commands
     def set_velocity(self, vx: float = 0.0, vy: float = 0.0, yaw_rate: float = 0.0) -> None:

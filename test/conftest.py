@@ -63,33 +63,30 @@ def standing_state(name, model):
     return q, np.zeros(model.nv), np.zeros(model.nv)
 
 
+def _unitree(model: str, thigh: float, calf: float) -> dict:
+    """A Unitree-style quadruped of example-robot-data (A1, Go1, B1, Laikago): the same feet
+    and joint names, every leg in the pose (0, thigh, calf)."""
+    return dict(urdf=f"package://example-robot-data/robots/{model}_description/urdf/{model}.urdf",
+                frames=["FL_foot", "FR_foot", "RL_foot", "RR_foot"],
+                joints=[f"{leg}_{j}_joint" for leg in ("FL", "FR", "RL", "RR") for j in ("hip", "thigh", "calf")],
+                positions=[0.0, thigh, calf] * 4)
+
+
 #: standing poses from each robot's SRDF ("standing" group state in example-robot-data)
 NEW_ROBOTS = {
-    "a1": dict(urdf="package://example-robot-data/robots/a1_description/urdf/a1.urdf",
-               frames=["FL_foot", "FR_foot", "RL_foot", "RR_foot"],
-               joints=[f"{leg}_{j}_joint" for leg in ("FL", "FR", "RL", "RR") for j in ("hip", "thigh", "calf")],
-               positions=[0.0, 0.8, -1.6] * 4),
+    "a1": _unitree("a1", 0.8, -1.6),
     "hyq": dict(urdf="hyq_description/robots/hyq_no_sensors.urdf",  # relative to the file: see write_robot_file
                 frames=["lf_foot", "rf_foot", "lh_foot", "rh_foot"],
                 joints=[f"{leg}_{j}_joint" for leg in ("lf", "rf", "lh", "rh") for j in ("haa", "hfe", "kfe")],
                 positions=[-0.2, 0.75, -1.5, -0.2, 0.75, -1.5, -0.2, -0.75, 1.5, -0.2, -0.75, 1.5]),
     # Unitree Go1 (13 kg) and B1 (50 kg): the standing poses of their SRDFs
-    "go1": dict(urdf="package://example-robot-data/robots/go1_description/urdf/go1.urdf",
-                frames=["FL_foot", "FR_foot", "RL_foot", "RR_foot"],
-                joints=[f"{leg}_{j}_joint" for leg in ("FL", "FR", "RL", "RR") for j in ("hip", "thigh", "calf")],
-                positions=[0.0, 0.8, -1.853] * 4),
-    "b1": dict(urdf="package://example-robot-data/robots/b1_description/urdf/b1.urdf",
-               frames=["FL_foot", "FR_foot", "RL_foot", "RR_foot"],
-               joints=[f"{leg}_{j}_joint" for leg in ("FL", "FR", "RL", "RR") for j in ("hip", "thigh", "calf")],
-               positions=[0.0, 0.8, -1.6] * 4),
+    "go1": _unitree("go1", 0.8, -1.853),
+    "b1": _unitree("b1", 0.8, -1.6),
 }
 #: more, tried only where a test says so: Laikago (25 kg) and ANYmal B (30 kg); ANYmal B's
 #: pose is its SRDF's "standing", Laikago's (no SRDF) a crouch like A1's
 MORE_ROBOTS = {
-    "laikago": dict(urdf="package://example-robot-data/robots/laikago_description/urdf/laikago.urdf",
-                    frames=["FL_foot", "FR_foot", "RL_foot", "RR_foot"],
-                    joints=[f"{leg}_{j}_joint" for leg in ("FL", "FR", "RL", "RR") for j in ("hip", "thigh", "calf")],
-                    positions=[0.0, 0.7, -1.4] * 4),
+    "laikago": _unitree("laikago", 0.7, -1.4),
     "anymal_b": dict(urdf="anymal_b_simple_description/robots/anymal.urdf",
                      frames=["LF_FOOT", "RF_FOOT", "LH_FOOT", "RH_FOOT"],
                      joints=[f"{leg}_{j}" for leg in ("LF", "RF", "LH", "RH") for j in ("HAA", "HFE", "KFE")],
