@@ -52,6 +52,37 @@ GROUND_RIDGE = 0.01
 #: deep: aimed at those footholds, ANYmal C's ``pid`` swings landed deeper and it trotted
 #: 8 % slower on compliant μ∞ ground
 GROUND_DEADBAND = 0.005
+#: a known terrain (``Gait.set_terrain``) that rises within this horizontal distance [m] of a
+#: swing's path is under the foot (the foot's size and its lag behind the reference)
+OBSTACLE_MARGIN = 0.03
+#: a swing over known terrain that its usual profile would not clear by half its
+#: ``step_height`` rises over this fraction of the swing to an apex ``step_height`` above the
+#: highest ground on its path, holds it, and comes down over the same fraction at the end
+OBSTACLE_RISE_FRACTION = 0.35
+#: ... and travels horizontally only between this fraction of the swing and 1 minus it, so
+#: it is nearly up before it moves toward the obstacle (at least ``vertical_fraction``)
+OBSTACLE_VERTICAL_FRACTION = 0.15
+#: samples along a swing's path checked for obstacles
+OBSTACLE_SAMPLES = 24
+#: a swing over an obstacle takes this many times as long (its partners stay down until it
+#: lands): rising and travelling within the usual swing, the feet of the larger robots lagged
+#: their references and struck the faces (ANYmal B fell at a 7 cm step, period 0.3 s; with
+#: 1.6 it stepped 10 cm, with 2 every robot tried all but one stepped 30 % of its height)
+OBSTACLE_SWING_STRETCH = 2.0
+#: on a known terrain a foothold is moved off an edge: no edge (``STEEP_SLOPE``) may lie
+#: within this distance [m] of it (a foot's size and how far it lands off its target); it
+#: moves along the foot's travel by the first of ``FOOTHOLD_SHIFTS`` [m] that finds such ground
+FOOTHOLD_MARGIN = 0.04
+FOOTHOLD_SHIFTS = tuple(0.01 * k for k in range(1, 9))
+#: known ground steeper than this (rise over run, 45°) is a step's face: an edge, not a slope
+#: to walk on. Seed 000's bumps and the ramps (≤ 30°) are less steep, and on them swings and
+#: footholds are as before: raised swings over the bumps made the quadruped fall on all three
+#: seed 000 height maps (``qp_coulomb``, 30 s waypoints)
+STEEP_SLOPE = 1.0
+#: spacing of the probes that look for such a face [m] (a height map's grid: 1 cm)
+EDGE_PROBE = 0.01
+_EDGE_OFFSETS = tuple(EDGE_PROBE * k for k in range(-round(FOOTHOLD_MARGIN / EDGE_PROBE),
+                                                    round(FOOTHOLD_MARGIN / EDGE_PROBE) + 1))
 
 
 @dataclass
@@ -61,7 +92,9 @@ class GaitConfig:
     Attributes:
         period: gait cycle duration [s].
         duty_factor: fraction of the cycle a foot is in stance.
-        step_height: apex of the swing above the straight lift-off → touchdown line [m].
+        step_height: apex of the swing above the straight lift-off → touchdown line [m]. On
+            a known terrain (``Gait.set_terrain``) a swing whose path crosses higher ground
+            (a step, a bump) rises to ``step_height`` above it (``OBSTACLE_*``).
         touchdown_phases: phase of each foot's touchdown in [0, 1), contact-frame order.
             ``None``: the trot of seed 000 §7.6 — {0.25, 0.75, 0.75, 0.25} for {left
             front, right front, left hind, right hind}, assigned from the feet's nominal
@@ -208,6 +241,21 @@ def swing_bump(s: float) -> tuple[float, float, float]:
             384.0 * s * u * (1.0 - 5.0 * s + 5.0 * s * s))
 
 
+def obstacle_profile(s: float, z0: float, z1: float, apex: float) -> tuple[float, float, float]:
+    """A swing's height over an obstacle: from ``z0`` up to ``apex`` over the first
+    ``OBSTACLE_RISE_FRACTION`` of the swing (minimum jerk), held, and down to ``z1`` over the
+    last: value [m], d/ds, d²/ds² (zero velocity and acceleration at both ends)."""
+    a = OBSTACLE_RISE_FRACTION
+    s = min(max(s, 0.0), 1.0)
+    if s < a:
+        m, dm, ddm = min_jerk(s / a)
+        return z0 + (apex - z0) * m, (apex - z0) * dm / a, (apex - z0) * ddm / (a * a)
+    if s > 1.0 - a:
+        m, dm, ddm = min_jerk((1.0 - s) / a)
+        return z1 + (apex - z1) * m, -(apex - z1) * dm / a, (apex - z1) * ddm / (a * a)
+    return apex, 0.0, 0.0
+
+
 def touchdown_ramp(s: float) -> tuple[float, float, float]:
     """−4s³ + 7s⁴ − 3s⁵: 0 at both ends with zero velocity and acceleration at s = 0, slope
     1 and zero curvature at s = 1 (≤ 0 between; minimum −0.198 at s ≈ 0.66): a swing's
@@ -344,6 +392,15 @@ class Gait:
         self._swing_start = np.zeros(k)             # time of lift-off [s]
         self._swing_time = np.full(k, self.swing_duration)  # this swing's duration [s]
         self._swing_height = np.full(k, self.config.step_height)  # this swing's apex [m]
+        # a swing over an obstacle of a known terrain: its apex [m, foot frame, world z];
+        # NaN: the usual profile (decided at the swing's first tick, ``_checked``)
+        self._obstacle_apex = np.full(k, np.nan)
+        self._checked = np.zeros(k, dtype=bool)
+        self._edge_side = np.zeros(k)  # this swing's foothold moved before (−1) or beyond (+1) an edge
+        #: swings that went over an obstacle of the known terrain, and footholds moved off an
+        #: edge (counts since construction)
+        self.obstacle_swings = 0
+        self.footholds_moved = 0
         self._liftoff = np.zeros((k, 3))            # foot position at lift-off [m]
         self._touchdown = np.zeros((k, 3))          # planned touchdown point [m]
         self._stance_position = feet.copy()         # where each stance foot is planted [m]
@@ -401,6 +458,7 @@ class Gait:
             self.swinging[i] = True
             self._swing_start[i] = t
             self._swing_time[i], self._swing_height[i] = duration, height
+            self._checked[i], self._obstacle_apex[i], self._edge_side[i] = False, np.nan, 0.0
             # from where the foot is, not its foothold: a planted foot creeps (G1's left sole,
             # 10 s on qp_coulomb: 2-4.7 mm inward), and a swing started at the foothold had
             # the foot PD kick the leg sideways at lift-off: G1 rolled over its stance sole
@@ -630,6 +688,7 @@ class Gait:
                     self._swung[i] = True
                     self._swing_start[i] = t
                     self._swing_time[i], self._swing_height[i] = self.swing_duration, c.step_height
+                    self._checked[i], self._obstacle_apex[i], self._edge_side[i] = False, np.nan, 0.0
                     self._liftoff[i] = feet[i]
         self._swung[~in_window] = False  # the next window starts a new swing
         self.planned_stance[:] = ~(in_window & (self.swinging | (not no_new_swings)))
@@ -657,6 +716,7 @@ class Gait:
                     self._touchdown[i] = self._stance_position[i]
                     self._touchdown[i, 2] = self.ground_at(*self._touchdown[i, :2]) - c.touchdown_depth
                     self._off_ground[i] = 0
+                    self._checked[i], self._obstacle_apex[i], self._edge_side[i] = True, np.nan, 0.0
                     continue
                 self.foot_position_ref[i] = self._stance_position[i]
                 self.foot_velocity_ref[i] = 0.0
@@ -667,22 +727,39 @@ class Gait:
                 self._plant(i, feet[i])
                 continue
             # the foot travels to its foothold over the middle [f, 1 − f] of the swing
-            f = c.vertical_fraction
+            over = not math.isnan(self._obstacle_apex[i])
+            f = max(c.vertical_fraction, OBSTACLE_VERTICAL_FRACTION) if over else c.vertical_fraction
             travel = (1.0 - 2.0 * f) * Ts
             if s < f + 0.8 * (1.0 - 2.0 * f) and self.mode == "trot":  # re-target until the travel's last fifth
                 self._touchdown[i] = self._raibert_target(i, t_td=self._swing_start[i] + Ts,
                                                           t=t, q=q, v_world=v_world)
+                if self.terrain_height is not None:
+                    was_over = over
+                    over = self._check_obstacle(i, s)
+                    if over and not was_over:  # decided now: a longer swing
+                        self.obstacle_swings += 1
+                        Ts = self._swing_time[i] = Ts * OBSTACLE_SWING_STRETCH
+                        s = (t - self._swing_start[i]) / Ts
+                    f = max(c.vertical_fraction, OBSTACLE_VERTICAL_FRACTION) if over else c.vertical_fraction
+                    travel = (1.0 - 2.0 * f) * Ts
+            self._checked[i] = True
             p0, p1 = self._liftoff[i], self._touchdown[i]
             if s < 1.0:
                 m, dm, ddm = min_jerk((s - f) / (1.0 - 2.0 * f))
-                b, db, ddb = swing_bump(s)
                 self.foot_position_ref[i] = p0 + (p1 - p0) * m
                 self.foot_velocity_ref[i] = (p1 - p0) * dm / travel
                 self.foot_acceleration_ref[i] = (p1 - p0) * ddm / travel**2
-                height = self._swing_height[i]
-                self.foot_position_ref[i, 2] += height * b
-                self.foot_velocity_ref[i, 2] += height * db / Ts
-                self.foot_acceleration_ref[i, 2] += height * ddb / Ts**2
+                if over:
+                    z, dz, ddz = obstacle_profile(s, p0[2], p1[2], self._obstacle_apex[i])
+                    self.foot_position_ref[i, 2] = z
+                    self.foot_velocity_ref[i, 2] = dz / Ts
+                    self.foot_acceleration_ref[i, 2] = ddz / Ts**2
+                else:
+                    b, db, ddb = swing_bump(s)
+                    height = self._swing_height[i]
+                    self.foot_position_ref[i, 2] += height * b
+                    self.foot_velocity_ref[i, 2] += height * db / Ts
+                    self.foot_acceleration_ref[i, 2] += height * ddb / Ts**2
                 if c.touchdown_speed > 0.0:
                     r, dr, ddr = touchdown_ramp(s)
                     self.foot_position_ref[i, 2] -= c.touchdown_speed * Ts * r
@@ -697,6 +774,50 @@ class Gait:
                 self.foot_acceleration_ref[i] = 0.0
                 if late >= c.late_touchdown_time:
                     self._plant(i, feet[i], touched=False)
+
+    def _check_obstacle(self, i: int, s: float) -> bool:
+        """Whether swing ``i`` (at phase ``s``, its target just updated) goes over an obstacle
+        of the known terrain, and its apex (``_obstacle_apex``).
+
+        The usual profile (``swing_bump`` above the straight line) is kept unless the known
+        ground within ``OBSTACLE_MARGIN`` of its path rises above that line, comes closer than
+        half ``step_height`` to the foot, and has an edge there (``_edge_near``): then the
+        foot rises first, to ``step_height`` above the highest ground on its path, and
+        travels at that height (:func:`obstacle_profile`), over a longer swing
+        (``OBSTACLE_SWING_STRETCH``).
+        Decided while the two profiles barely differ (the first tenth of the swing); later
+        re-targets only raise the apex. With a 1.5 cm swing Solo12 and ANYmal C tripped on a
+        2.2 cm and a 4.6 cm step they were told of, and fell."""
+        c = self.config
+        over = not math.isnan(self._obstacle_apex[i])
+        if self._checked[i] and not over and s > 0.1:
+            return False
+        p0, p1 = self._liftoff[i], self._touchdown[i]
+        d = p1[:2] - p0[:2]
+        length = math.hypot(d[0], d[1])
+        u = d / length if length > 1e-9 else np.zeros(2)
+        f = c.vertical_fraction
+        clear = 0.5 * c.step_height
+        slack = c.touchdown_depth + 0.001  # a swing ends that far below the ground it aims at
+        top = -math.inf  # the highest ground above the line under the path
+        trips = False
+        for k in range(1, OBSTACLE_SAMPLES):
+            sk = k / OBSTACLE_SAMPLES
+            m = min_jerk((sk - f) / (1.0 - 2.0 * f))[0]
+            x, y = p0[0] + d[0] * m, p0[1] + d[1] * m
+            line = p0[2] + (p1[2] - p0[2]) * m
+            ground = max(self.ground_at(x + e * u[0], y + e * u[1])
+                         for e in (-OBSTACLE_MARGIN, 0.0, OBSTACLE_MARGIN))
+            if ground <= line + slack:
+                continue
+            top = max(top, ground)
+            if line + self._swing_height[i] * swing_bump(sk)[0] < ground + clear:
+                trips |= self._edge_near(x, y)
+        if not (trips or over):
+            return False
+        apex = max(top, p0[2], p1[2]) + c.step_height
+        self._obstacle_apex[i] = apex if not over else max(apex, self._obstacle_apex[i])
+        return True
 
     def _landing(self, i: int, s: float, foot: np.ndarray) -> bool:
         """Whether a contact of swinging foot ``i`` at swing phase ``s`` is its landing: in
@@ -789,8 +910,45 @@ class Gait:
             correction *= c.max_step_correction / norm
         target = np.empty(3)
         target[:2] = base_td + offset[:2] + 0.5 * self.stance_duration * hip_velocity + correction
+        if self.terrain_height is not None:
+            self._off_edges(i, target)
         target[2] = self.ground_at(target[0], target[1]) - c.touchdown_depth
         return target
+
+    def _edge_near(self, x: float, y: float) -> bool:
+        """Whether the known ground within ``FOOTHOLD_MARGIN`` of (x, y), along x or y, is
+        steeper than ``STEEP_SLOPE`` somewhere (a step's face)."""
+        step = STEEP_SLOPE * EDGE_PROBE
+        for ux, uy in ((1.0, 0.0), (0.0, 1.0)):
+            prev = None
+            for e in _EDGE_OFFSETS:
+                h = self.ground_at(x + e * ux, y + e * uy)
+                if prev is not None and abs(h - prev) > step:
+                    return True
+                prev = h
+        return False
+
+    def _off_edges(self, i: int, target: np.ndarray) -> None:
+        """Move swing ``i``'s foothold ``target`` (x, y in place) off an edge of the known
+        terrain (``_edge_near``): to the nearest spot clear of it along the foot's travel, within
+        ``FOOTHOLD_SHIFTS``. The side (before or beyond the edge) is kept for the rest of
+        the swing, so the target does not jump across the edge as the body moves on. A foot
+        planted 3 cm short of a 9 cm step touched its face on lift-off; one planted on the
+        corner slid off (ANYmal C fell)."""
+        if not self._edge_near(target[0], target[1]):
+            return
+        d = target[:2] - self._liftoff[i, :2]
+        norm = math.hypot(d[0], d[1])
+        u = d / norm if norm > 1e-6 else np.array([math.cos(self.base_yaw_ref), math.sin(self.base_yaw_ref)])
+        side = self._edge_side[i]
+        for shift in FOOTHOLD_SHIFTS:
+            for sign in ((side,) if side else (1.0, -1.0)):
+                x, y = target[0] + sign * shift * u[0], target[1] + sign * shift * u[1]
+                if not self._edge_near(x, y):
+                    self.footholds_moved += not side
+                    self._edge_side[i] = sign
+                    target[0], target[1] = x, y
+                    return
 
     def _touchdown_phases(self) -> np.ndarray:
         if self.config.touchdown_phases is not None:

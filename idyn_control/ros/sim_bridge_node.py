@@ -23,8 +23,10 @@ period) and publishes what the controller node reads.
   last (sensor_msgs/JointState with the applied efforts), so a controller that ticks on
   joint states has the rest of the state already.
 - ``terrain`` ``heightmap`` (``terrain_seed``) replaces the plane with seed 000 §7.5's rigid
-  height map, ``ramp`` with a ramp up and down ahead (``ramp_slope``, 10° by default;
-  :mod:`idyn_control.sim.terrain`).
+  height map, ``ramp`` with a ramp up and down ahead (``ramp_slope``, 10° by default),
+  ``block`` with a block to step onto and off (``block_height``; by default 15 % of the
+  robot's standing base height; :mod:`idyn_control.sim.terrain`). The controller node is
+  told no heights: over ROS the gait walks a block blind (README, "Blocks").
   With ``publish_ground`` the bridge tells the controller the ground under its feet, as a
   terrain map would: ``~/contact_ground`` (std_msgs/Float64MultiArray, one row nx, ny, nz,
   μ per contact frame: the map's normal and μ under each foot in contact, a foot in the air
@@ -84,7 +86,7 @@ from ..gait import crouched_configuration
 from ..sim.faults import GRAVITY, Faults, push_force
 from ..sim.lockstep import CONTACT_THRESHOLD_N
 from ..sim.mujoco_model import build_mujoco
-from ..sim.terrain import RAMP_SLOPE_DEG, RAMP_SLOPE_RANGE_DEG, make_terrain
+from ..sim.terrain import RAMP_SLOPE_DEG, RAMP_SLOPE_RANGE_DEG, block_height, make_terrain
 from . import signals
 from .conversions import SerializedMessage
 
@@ -121,9 +123,12 @@ PARAMETERS: tuple[BridgeParam, ...] = (
     BridgeParam("compliant", False, "soft ground (about 1 mm penetration at rest) instead of rigid"),
     BridgeParam("terrain", "plane", "'plane' (friction, compliant), 'heightmap': seed 000 §7.5's rigid "
                 "2 m square of bumps up to 3 cm with per-patch μ ~ U(0.1, 1.5), flat around the origin, "
-                "flat ground with μ 0.8 around it, or 'ramp': up ahead (+x) at ramp_slope, a flat top, as "
-                "steeply down, μ 0.8 (climb and top 0.6 and 0.4 m, or as long as the robot)"),
+                "flat ground with μ 0.8 around it, 'ramp': up ahead (+x) at ramp_slope, a flat top, as "
+                "steeply down, μ 0.8 (climb and top 0.6 and 0.4 m, or as long as the robot), or 'block': a "
+                "vertical step up ahead (+x) by block_height, a flat top, a step down, μ 0.8"),
     BridgeParam("ramp_slope", RAMP_SLOPE_DEG, "terrain 'ramp': its slope [°]", RAMP_SLOPE_RANGE_DEG),
+    BridgeParam("block_height", 0.0, "terrain 'block': its height [m]; 0 = 15 % of the robot's standing base "
+                "height", (0.0, 1.0)),
     BridgeParam("terrain_seed", 0, "seed of the height map", (0, 2**31 - 1)),
     BridgeParam("publish_ground", True, "with a height map: publish ~/contact_ground, the normal and μ under "
                 "each foot in contact (rows nx, ny, nz, μ; sent when one changes and every 0.5 s)"),
@@ -194,7 +199,7 @@ class SimBridgeNode(Node):
             if spec.contact_frames else robots.load(spec)
         m = self.robot
         terrain = make_terrain(str(get("terrain")), int(get("terrain_seed")), robots.standing_footprint(m, spec),
-                               float(get("ramp_slope")))
+                               float(get("ramp_slope")), block_height(m, spec, float(get("block_height")) or None))
         self.sim = build_mujoco(m, friction=friction, compliant=bool(get("compliant")),
                                 timestep=self.period_s / self.substeps, terrain=terrain)
         joints = [j for j in get("command_joints") if j]

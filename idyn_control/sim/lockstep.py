@@ -42,7 +42,7 @@ from .mujoco_model import MujocoSim, build_mujoco
 from .faults import FaultInjector, Faults, scale_masses
 from ..prediction import StatePredictor
 from .tasks import TASKS, make_task
-from .terrain import RAMP_SLOPE_DEG, TERRAINS, make_terrain
+from .terrain import RAMP_SLOPE_DEG, TERRAINS, block_height, make_terrain
 
 #: a fall: base below this fraction of its standing height above the feet, or tilted more
 FALL_HEIGHT_FRACTION = 0.5
@@ -126,6 +126,9 @@ class Scenario:
             as steeply down, μ 0.8); the controller is told the local normal and μ under each
             foot in contact.
         ramp_slope_deg: the ramp's slope [°] (terrain "ramp").
+        block_height_m: the block's height [m] (terrain "block":
+            :class:`~idyn_control.sim.terrain.Block`, a vertical step up ahead, a flat top,
+            a step down); None: ``BLOCK_HEIGHT_FRACTION`` of the robot's standing base height.
         terrain_known: the controller and the gait are told the height map (the paper's
             setting, §7.4); False: they walk blind, as a node that gets no
             ``~/contact_ground``: flat ground at z = 0 and ``friction`` assumed (the fall
@@ -168,6 +171,7 @@ class Scenario:
     terrain: str = "plane"
     terrain_seed: int = 0
     ramp_slope_deg: float = RAMP_SLOPE_DEG
+    block_height_m: float | None = None
     terrain_known: bool = True
     faults: Any = None
     compiled: bool = False
@@ -219,7 +223,7 @@ class LockstepRunner:
         self.legged = self.robot.floating_base and not self.grasp
         # a height map's flat start holds the feet where the robot stands up
         self.terrain = make_terrain(s.terrain, s.terrain_seed, robots.standing_footprint(self.robot, spec),
-                                    s.ramp_slope_deg)
+                                    s.ramp_slope_deg, block_height(self.robot, spec, s.block_height_m))
         self.sim: MujocoSim = build_mujoco(self.robot, friction=s.friction, compliant=s.compliant,
                                            timestep=s.dt / s.substeps, terrain=self.terrain)
         self.surface_updates = 0  # contact normal/μ changes passed to the controller
@@ -414,6 +418,9 @@ class LockstepRunner:
             metrics["compiled_tick_fraction"] = compiled_ticks / max(trace.n, 1)
         if self.terrain is not None:
             metrics["surface_updates"] = self.surface_updates
+            if self.gait is not None:  # the known terrain's steps (Gait.obstacle_swings)
+                metrics["obstacle_swings"] = self.gait.obstacle_swings
+                metrics["footholds_moved"] = self.gait.footholds_moved
         if faults is not None:
             metrics["faults"] = dict(faults.counts)
             if faults.counts["predicted_ticks"]:

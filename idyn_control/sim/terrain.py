@@ -34,13 +34,17 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..errors import ConfigError, UnknownNameError
+from ..robots import standing_configuration
 
-TERRAINS = ("plane", "heightmap", "ramp")
+TERRAINS = ("plane", "heightmap", "ramp", "block")
 #: the ramp's slope [°] by default, and the range the bridge, the demo and the CLI take
 RAMP_SLOPE_DEG = 10.0
 RAMP_SLOPE_RANGE_DEG = (1.0, 30.0)
 #: the flat start reaches this far beyond the farthest foot [m] (foot spheres are ≤ 4 cm)
 START_CLEARANCE_M = 0.07
+#: the block's height by default, as a fraction of the robot's standing base height (terrain
+#: "block": :class:`Block`)
+BLOCK_HEIGHT_FRACTION = 0.15
 _UP = np.array([0.0, 0.0, 1.0])
 _UP.flags.writeable = False
 
@@ -248,6 +252,45 @@ class Ramp(HeightMap):
         return "ramp"
 
 
+class Block(HeightMap):
+    """A block to step onto and off (x forward from the start): flat within ``start_m`` of
+    the origin, a vertical step up by ``rise_m`` [m], a flat top of ``top_m``, a vertical
+    step down to z = 0; μ = ``mu`` everywhere. A :class:`HeightMap` like :class:`Ramp` (its
+    faces are one grid spacing, 1 cm, wide); across the map the block ends ``border_m``
+    before the map's edge, where the ground is flat. The robot walks along its middle."""
+
+    def __init__(self, rise_m: float = 0.05, start_m: float = 0.3, top_m: float = 0.6, mu: float = 0.8,
+                 border_m: float = 0.2):
+        for key, value in (("rise_m", rise_m), ("start_m", start_m), ("top_m", top_m), ("mu", mu)):
+            if not (np.isfinite(value) and value > 0.0):
+                raise ConfigError(key, value, "must be finite and > 0")
+        patch = 0.5
+        end = start_m + top_m + 1.0  # [m] the far face, and room to walk on
+        size = 2.0 * patch * math.ceil(end / patch)
+        self.start_m, self.top_m, self.rise_m = start_m, top_m, rise_m
+        X, Y = self._set_grid(HeightMapConfig(size_m=size, patch_m=patch, bump_height_m=rise_m, flat_radius_m=start_m,
+                                              mu_range=(mu, mu), border_m=border_m, outside_mu=mu))
+        on_top = (X >= start_m) & (X <= start_m + top_m) & (np.abs(Y) <= 0.5 * size - border_m)
+        self.heights = np.where(on_top, rise_m, 0.0)
+        self.mu = np.full((self.n_patches, self.n_patches), float(mu))
+        self._set_normals()
+
+    @property
+    def label(self) -> str:
+        return f"block ({100.0 * self.rise_m:.1f} cm)"
+
+
+def block_height(model, ref, height_m: float | None = None) -> float:
+    """Terrain "block"'s height [m]: ``height_m``, or None: ``BLOCK_HEIGHT_FRACTION`` of the
+    standing base height of the robot ``model`` of ``ref`` (its file or spec; 0.05 m for a
+    robot without a floating base, which walks nowhere)."""
+    if height_m is not None:
+        return float(height_m)
+    if not model.floating_base:
+        return 0.05
+    return round(BLOCK_HEIGHT_FRACTION * float(standing_configuration(model, ref)[2]), 4)
+
+
 def heightmap_config(footprint_m: float = 0.0) -> HeightMapConfig:
     """Seed 000's map for a robot whose feet stand within ``footprint_m`` [m] of the origin
     (:func:`~idyn_control.robots.footprint_radius`): the flat start covers them with
@@ -267,13 +310,15 @@ def heightmap_config(footprint_m: float = 0.0) -> HeightMapConfig:
 
 
 def make_terrain(name: str, seed: int = 0, footprint_m: float = 0.0,
-                 slope_deg: float = RAMP_SLOPE_DEG) -> HeightMap | None:
+                 slope_deg: float = RAMP_SLOPE_DEG, rise_m: float = 0.05) -> HeightMap | None:
     """``"plane"`` → None (the flat ground plane); ``"heightmap"`` → a seeded :class:`HeightMap`
     whose flat start holds feet within ``footprint_m`` [m] of the origin (:func:`heightmap_config`);
     ``"ramp"`` → a :class:`Ramp` up and down at ``slope_deg``, starting ``START_CLEARANCE_M`` beyond
     those feet, its climb and top at least as long as the robot (twice ``footprint_m``):
     ANYmal C's feet spanned the default's whole climb and top at once, and with ``wbc_qp``
-    it fell at the crest (``seed`` unused)."""
+    it fell at the crest (``seed`` unused); ``"block"`` → :class:`Block`, ``rise_m``
+    [m] high, its near face ``2 START_CLEARANCE_M`` beyond those feet, its top long enough for
+    all four feet at once (2.5 ``footprint_m``, at least 0.6 m)."""
     if name == "plane":
         return None
     if name == "heightmap":
@@ -282,4 +327,7 @@ def make_terrain(name: str, seed: int = 0, footprint_m: float = 0.0,
         reach = max(footprint_m, 0.0)
         return Ramp(slope_deg=slope_deg, start_m=reach + START_CLEARANCE_M, climb_m=max(0.6, 2.0 * reach),
                     top_m=max(0.4, 2.0 * reach))
+    if name == "block":
+        reach = max(footprint_m, 0.0)
+        return Block(rise_m=rise_m, start_m=reach + 2.0 * START_CLEARANCE_M, top_m=max(0.6, 2.5 * reach))
     raise UnknownNameError("terrain", name, TERRAINS)
