@@ -113,7 +113,8 @@ def cmd_demo(args) -> int:
     opts = demo.DemoOptions(robot=args.robot, formulation=args.formulation, duration=args.duration,
                             speed=args.speed, ros=not args.no_ros, out=args.out, friction=args.friction,
                             compliant=args.compliant, terrain=args.terrain, terrain_seed=args.terrain_seed,
-                            ramp_slope=args.ramp_slope, blind=args.blind, task=args.task)
+                            ramp_slope=args.ramp_slope, block_height=args.block_height, blind=args.blind,
+                            task=args.task)
     report = demo.run(opts, log=lambda m: print(m, flush=True))
     m = report["metrics"]
     return 1 if m.get("fell") or m.get("failure") else 0
@@ -235,13 +236,15 @@ def main(argv=None) -> int:
     p.add_argument("--speed", type=float, default=0.2, help="forward speed command [m/s]")
     p.add_argument("--friction", type=float, default=0.7, help="ground μ (inf = no slip)")
     p.add_argument("--compliant", action="store_true", help="compliant ground (≈1 mm at rest)")
-    p.add_argument("--terrain", default="plane", choices=("plane", "heightmap", "ramp"),
+    p.add_argument("--terrain", default="plane", choices=("plane", "heightmap", "ramp", "block"),
                    help="heightmap: seed 000's rigid 3 cm bumps with per-patch μ ~ U(0.1, 1.5); ramp: up at "
-                        "--ramp-slope, a flat top, as steeply down, μ 0.8 (either: --friction and --compliant "
-                        "unused)")
+                        "--ramp-slope, a flat top, as steeply down, μ 0.8; block: a vertical step up by "
+                        "--block-height, a flat top, a step down, μ 0.8 (any: --friction and --compliant unused)")
     p.add_argument("--terrain-seed", type=int, default=0, help="seed of the height map")
     p.add_argument("--ramp-slope", type=float, default=RAMP_SLOPE_DEG,
                    help="slope of the ramp [°] (%g to %g)" % RAMP_SLOPE_RANGE_DEG)
+    p.add_argument("--block-height", type=float, default=None,
+                   help="height of the block [m] (default: 15 %% of the robot's standing base height)")
     p.add_argument("--blind", action="store_true",
                    help="heightmap, ramp: do not tell the controller the normal and μ under its feet (it "
                         "assumes flat ground and --friction)")

@@ -79,6 +79,7 @@ class DemoOptions:
     terrain: str = "plane"      # or "heightmap" (seed 000 §7.5; friction and compliant then unused)
     terrain_seed: int = 0
     ramp_slope: float = RAMP_SLOPE_DEG  # terrain "ramp": its slope [°]
+    block_height: float | None = None  # terrain "block": its height [m]; None: 15 % of the standing base height
     blind: bool = False         # heightmap: the controller is not told the ground under its feet
     ros: bool = True
     out: str = "results/demo"
@@ -123,8 +124,10 @@ class DemoOptions:
         low, high = RAMP_SLOPE_RANGE_DEG
         if not (math.isfinite(self.ramp_slope) and low <= self.ramp_slope <= high):
             raise ConfigError("ramp_slope", self.ramp_slope, f"must be in [{low:g}, {high:g}] [°] (the bridge's range)")
-        if self.terrain == "ramp" and not robots.spec(self.robot).gait.get("follow_ground", True):
-            raise ConfigError("robot", self.robot, "walks a ramp only with gait.follow_ground true (its file sets "
+        if self.block_height is not None and not (math.isfinite(self.block_height) and 0.0 < self.block_height <= 1.0):
+            raise ConfigError("block_height", self.block_height, "must be in (0, 1] [m] (the bridge's range)")
+        if self.terrain in ("ramp", "block") and not robots.spec(self.robot).gait.get("follow_ground", True):
+            raise ConfigError("robot", self.robot, f"walks a {self.terrain} only with gait.follow_ground true (its file sets "
                               "it false): try --robot solo12, go2 or anymal_c")
         # flat feet start standing: from a crouch G1's soles land on their edges
         crouch = 0.0 if flat_feet else self.crouch
@@ -215,6 +218,7 @@ def _run_lockstep(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, A
                         velocity=(opts.speed, 0.0, 0.0), gait=trot, trot_start=t0, trot_stop=t1,
                         friction=opts.friction, compliant=opts.compliant, crouch=opts.crouch,
                         terrain=opts.terrain, terrain_seed=opts.terrain_seed, ramp_slope_deg=opts.ramp_slope,
+                        block_height_m=opts.block_height,
                         terrain_known=not opts.blind,
                         task=opts.task, balance=opts.balance,
                         compiled=True)  # as the node's compiled loop: the gait's tick included
@@ -517,6 +521,7 @@ def _run_ros(opts: DemoOptions, out: Path, log) -> tuple[Trace, dict[str, Any]]:
                   "-p", f"compliant:={str(opts.compliant).lower()}",
                   "-p", f"terrain:={opts.terrain}", "-p", f"terrain_seed:={int(opts.terrain_seed)}",
                   "-p", f"ramp_slope:={float(opts.ramp_slope)}",
+                  "-p", f"block_height:={float(opts.block_height or 0.0)}",
                   "-p", f"publish_ground:={str(not opts.blind).lower()}",
                   "-p", f"contact_states_topic:={CONTACT_STATES_TOPIC}", "-p", f"command_topic:={COMMAND_TOPIC}",
                   *fault_bridge]

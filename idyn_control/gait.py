@@ -69,6 +69,16 @@ OBSTACLE_SAMPLES = 24
 #: their references and struck the faces (ANYmal B fell at a 7 cm step, period 0.3 s; with
 #: 1.6 it stepped 10 cm, with 2 every robot tried all but one stepped 30 % of its height)
 OBSTACLE_SWING_STRETCH = 2.0
+#: blind or not, a swing foot that touches something in the first half of its swing (after
+#: ``TRIP_PHASE`` of it), higher than ``TRIP_HEIGHT`` · ``step_height`` above where it lifted
+#: off, tripped on an obstacle: it swings again from where it is, over an obstacle
+#: (``obstacle_profile``, ``OBSTACLE_SWING_STRETCH``) whose apex is ``TRIP_RISE`` of the leg's
+#: height (standing base height above the feet) above where it touched, at most ``MAX_TRIPS``
+#: times a swing (a second trip only after the first rise)
+TRIP_HEIGHT = 0.25
+TRIP_PHASE = 0.1
+TRIP_RISE = 0.2
+MAX_TRIPS = 2
 #: on a known terrain a foothold is moved off an edge: no edge (``STEEP_SLOPE``) may lie
 #: within this distance [m] of it (a foot's size and how far it lands off its target); it
 #: moves along the foot's travel by the first of ``FOOTHOLD_SHIFTS`` [m] that finds such ground
@@ -401,6 +411,8 @@ class Gait:
         #: edge (counts since construction)
         self.obstacle_swings = 0
         self.footholds_moved = 0
+        self.trips = 0  # swings begun again over an obstacle a foot tripped on
+        self._trips = np.zeros(k)  # this swing's trips
         self._liftoff = np.zeros((k, 3))            # foot position at lift-off [m]
         self._touchdown = np.zeros((k, 3))          # planned touchdown point [m]
         self._stance_position = feet.copy()         # where each stance foot is planted [m]
@@ -458,7 +470,7 @@ class Gait:
             self.swinging[i] = True
             self._swing_start[i] = t
             self._swing_time[i], self._swing_height[i] = duration, height
-            self._checked[i], self._obstacle_apex[i], self._edge_side[i] = False, np.nan, 0.0
+            self._checked[i], self._obstacle_apex[i], self._edge_side[i], self._trips[i] = False, np.nan, 0.0, 0
             # from where the foot is, not its foothold: a planted foot creeps (G1's left sole,
             # 10 s on qp_coulomb: 2-4.7 mm inward), and a swing started at the foothold had
             # the foot PD kick the leg sideways at lift-off: G1 rolled over its stance sole
@@ -688,7 +700,7 @@ class Gait:
                     self._swung[i] = True
                     self._swing_start[i] = t
                     self._swing_time[i], self._swing_height[i] = self.swing_duration, c.step_height
-                    self._checked[i], self._obstacle_apex[i], self._edge_side[i] = False, np.nan, 0.0
+                    self._checked[i], self._obstacle_apex[i], self._edge_side[i], self._trips[i] = False, np.nan, 0.0, 0
                     self._liftoff[i] = feet[i]
         self._swung[~in_window] = False  # the next window starts a new swing
         self.planned_stance[:] = ~(in_window & (self.swinging | (not no_new_swings)))
@@ -716,7 +728,7 @@ class Gait:
                     self._touchdown[i] = self._stance_position[i]
                     self._touchdown[i, 2] = self.ground_at(*self._touchdown[i, :2]) - c.touchdown_depth
                     self._off_ground[i] = 0
-                    self._checked[i], self._obstacle_apex[i], self._edge_side[i] = True, np.nan, 0.0
+                    self._checked[i], self._obstacle_apex[i], self._edge_side[i], self._trips[i] = True, np.nan, 0.0, 0
                     continue
                 self.foot_position_ref[i] = self._stance_position[i]
                 self.foot_velocity_ref[i] = 0.0
@@ -726,6 +738,9 @@ class Gait:
             if mask[i] and s >= c.early_touchdown and self._landing(i, s, feet[i]):  # touchdown (early or on time)
                 self._plant(i, feet[i])
                 continue
+            if mask[i] and self.mode == "trot" and self._tripped(i, s, feet[i]):
+                self._trip(i, t, feet[i])
+                Ts, s = self._swing_time[i], 0.0
             # the foot travels to its foothold over the middle [f, 1 − f] of the swing
             over = not math.isnan(self._obstacle_apex[i])
             f = max(c.vertical_fraction, OBSTACLE_VERTICAL_FRACTION) if over else c.vertical_fraction
@@ -775,6 +790,31 @@ class Gait:
                 if late >= c.late_touchdown_time:
                     self._plant(i, feet[i], touched=False)
 
+    def _tripped(self, i: int, s: float, foot: np.ndarray) -> bool:
+        """Whether swing ``i``'s contact at phase ``s`` is a trip: in the swing's first half
+        (rising; a contact later is a landing or a foot on its way down), with the foot well
+        above where it lifted off (``TRIP_HEIGHT``): it struck something. Not measured
+        against the expected ground: blind, the plane through the footholds rises near a
+        block once a foot stands on it, and a foot stopped by the face stood below it."""
+        if self._trips[i] >= MAX_TRIPS or s >= self.config.early_touchdown \
+                or s < (OBSTACLE_RISE_FRACTION if self._trips[i] else TRIP_PHASE):
+            return False
+        return foot[2] - self._liftoff[i, 2] > TRIP_HEIGHT * self.config.step_height
+
+    def _trip(self, i: int, t: float, foot: np.ndarray) -> None:
+        """Swing ``i`` again from ``foot`` (where it tripped at time ``t``), over an obstacle
+        ``TRIP_RISE`` of the leg's height above that point. Blind, with the usual 1.5 cm
+        swing, every robot tried fell on a block of 10 % of its standing height."""
+        self._trips[i] += 1
+        self.trips += 1
+        self._liftoff[i] = foot
+        self._swing_start[i] = t
+        self._swing_time[i] = self.swing_duration * OBSTACLE_SWING_STRETCH
+        apex = float(foot[2]) + TRIP_RISE * (self.standing_height - self.ground_height)
+        previous = self._obstacle_apex[i]
+        self._obstacle_apex[i] = apex if math.isnan(previous) else max(apex, previous)
+        self._checked[i] = True
+
     def _check_obstacle(self, i: int, s: float) -> bool:
         """Whether swing ``i`` (at phase ``s``, its target just updated) goes over an obstacle
         of the known terrain, and its apex (``_obstacle_apex``).
@@ -800,7 +840,7 @@ class Gait:
         clear = 0.5 * c.step_height
         slack = c.touchdown_depth + 0.001  # a swing ends that far below the ground it aims at
         top = -math.inf  # the highest ground above the line under the path
-        trips = False
+        struck = False
         for k in range(1, OBSTACLE_SAMPLES):
             sk = k / OBSTACLE_SAMPLES
             m = min_jerk((sk - f) / (1.0 - 2.0 * f))[0]
@@ -812,8 +852,8 @@ class Gait:
                 continue
             top = max(top, ground)
             if line + self._swing_height[i] * swing_bump(sk)[0] < ground + clear:
-                trips |= self._edge_near(x, y)
-        if not (trips or over):
+                struck |= self._edge_near(x, y)
+        if not (struck or over):
             return False
         apex = max(top, p0[2], p1[2]) + c.step_height
         self._obstacle_apex[i] = apex if not over else max(apex, self._obstacle_apex[i])
@@ -849,7 +889,10 @@ class Gait:
             z0, sx, sy = self.ground_plane
             level = z0 == self.ground_height and sx == 0.0 and sy == 0.0
             up = c.follow_ground and touched and (position[2] - expected > GROUND_DEADBAND or not level)
-            self._stance_position[i, 2] = min(position[2], expected + c.step_height) if up else expected
+            limit = expected + c.step_height
+            if not math.isnan(self._obstacle_apex[i]):  # over an obstacle: up to its apex
+                limit = max(limit, self._obstacle_apex[i])
+            self._stance_position[i, 2] = min(position[2], limit) if up else expected
         self.foot_position_ref[i] = self._stance_position[i]
         self.foot_velocity_ref[i] = 0.0
         self.foot_acceleration_ref[i] = 0.0

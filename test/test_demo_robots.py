@@ -208,6 +208,31 @@ def test_the_demo_walks_solo12_up_and_down_the_ramp_through_ros(tmp_path):
     assert m["compiled_tick_fraction"] >= 0.95, m["compiled_tick_fraction"]
 
 
+def test_the_demo_walks_go2_blind_onto_a_block_and_off_it_through_ros(tmp_path):
+    """``idyn-control demo --robot go2 --terrain block``: a block of 15 % of its standing
+    height (4.5 cm) through the bridge and the gait node, which is told no heights: the
+    swing feet strike its face and the compiled gait swings them again over it (the trip
+    reflex). No fall, the speed, the base up by most of the block's height, and down again."""
+    pytest.importorskip("mcap")
+    from idyn_control.sim.terrain import block_height, make_terrain
+
+    spec = robots.spec("go2")
+    model = robots.load(spec)
+    footprint = robots.standing_footprint(model, spec)
+    block = make_terrain("block", 0, footprint, rise_m=block_height(model, spec))
+    trot = (block.start_m + block.top_m + 2.0 * footprint + 0.2) / 0.2  # off its far face
+    out = tmp_path / "demo"
+    proc = _cli_demo(out, "--robot", "go2", "--terrain", "block", "--duration", f"{trot:.1f}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "lock-step, block (4.5 cm);" in (out / "bridge.log").read_text()
+    m = json.loads((out / "report.json").read_text())["metrics"]
+    assert not m["fell"] and "failure" not in m and m["fallback_ticks"] == 0
+    assert m["speed_along_command_m_s"] == pytest.approx(0.2, rel=0.15)
+    standing = robots.standing_configuration(model, spec)[2]
+    assert m["base_height_max_m"] > standing + 0.7 * block.rise_m, (m["base_height_max_m"], standing, block.rise_m)
+    assert m["compiled_tick_fraction"] >= 0.95, m["compiled_tick_fraction"]
+
+
 def test_demo_terrain_options_are_checked():
     from idyn_control.errors import ConfigError
 
@@ -224,3 +249,9 @@ def test_demo_terrain_options_are_checked():
         with pytest.raises(ConfigError, match="ramp_slope"):
             DemoOptions(robot="solo12", terrain="ramp", ramp_slope=slope).resolved()
     assert DemoOptions(robot="solo12", terrain="ramp", ramp_slope=15.0).resolved().ramp_slope == 15.0
+    with pytest.raises(ConfigError, match="follow_ground"):
+        DemoOptions(terrain="block").resolved()
+    for height in (0.0, -0.01, 1.5, math.nan):  # the bridge's range: (0, 1] m
+        with pytest.raises(ConfigError, match="block_height"):
+            DemoOptions(robot="go2", terrain="block", block_height=height).resolved()
+    assert DemoOptions(robot="go2", terrain="block", block_height=0.03).resolved().block_height == 0.03

@@ -133,6 +133,42 @@ def test_compiled_gait_learns_a_ramp_as_the_python_gait_does():
     assert 0.85 * np.arctan(grade) <= nose_up <= 1.15 * np.arctan(grade), (nose_up, grade)  # and pitched
 
 
+def test_compiled_gait_trips_over_a_block_as_the_python_gait_does():
+    """Go2 trots blind onto a block of 15 % of its standing height: its swing feet strike the
+    face, and both gaits swing them again over it (the trip reflex, ``gait.TRIP_*``) with the
+    same obstacle profile, plant them on the block and learn its height in the plane."""
+    scenario = Scenario(robot="go2", formulation="qp_coulomb", terrain="block", terrain_known=False,
+                        duration=4.0, velocity=(0.2, 0.0, 0.0), trot_start=0.5)
+    runner = LockstepRunner(scenario)
+    run = runner.run()
+    trace = run.trace
+    assert not run.metrics["fell"] and run.metrics["trips"] >= 2, run.metrics
+    ctrl_py, ctrl_c = controller(runner), controller(runner)
+    g_py = Gait(ctrl_py, runner.q_standing, runner.gait.config)
+    g_c = CompiledGait(Gait(ctrl_c, runner.q_standing, runner.gait.config))
+    for g in (g_py, g_c):
+        g.reset(0.0, trace.q[0], trace.v[0])
+    worst, planted = 0.0, -np.inf
+    for n in range(trace.n):
+        t, q, v, mask = trace.t[n], trace.q[n], trace.v[n], trace.contact[n]
+        for g in (g_py, g_c):
+            drive_gait(g, scenario, t)
+            g.update(t, q, v, mask)
+        for name in REF_ARRAYS:
+            worst = max(worst, relative(getattr(ctrl_c, name), getattr(ctrl_py, name)))
+        for name, _ in STATE:
+            a, b = getattr(g_c, name), getattr(g_py, name)
+            if isinstance(b, str) or b is None:
+                assert a == b, (n, name, a, b)
+            else:  # the obstacle apex is NaN outside an obstacle swing, in both
+                assert np.array_equal(np.isnan(a), np.isnan(b)), (n, name, a, b)
+                worst = max(worst, relative(np.nan_to_num(a), np.nan_to_num(b)))
+        planted = max(planted, float(g_py._stance_position[:, 2].max()))
+    assert worst <= 1e-9, worst
+    assert g_py.trips == g_c.trips >= 2
+    assert planted > runner.gait.ground_height + 0.8 * runner.terrain.rise_m  # a foot stood on the block
+
+
 @pytest.mark.parametrize("robot", LEGGED)
 @pytest.mark.parametrize("formulation", ["qp_coulomb", "wbc_qp"])
 @pytest.mark.parametrize("ramp", [0.0, 0.01])

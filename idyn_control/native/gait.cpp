@@ -62,12 +62,13 @@ enum ConfigSlot {
   C_MAX_STEP_CORRECTION, C_MAX_POSITION_ERROR, C_TOUCHDOWN_DEPTH, C_GROUND_TOLERANCE, C_EARLY_TOUCHDOWN,
   C_LATE_DESCENT_SPEED, C_LATE_TOUCHDOWN_TIME, C_REGAIN_CONTACT_TIME, C_STAND_UP_TIME, C_STAND_SHIFT_SPEED,
   C_IK_ITERATIONS, C_SWING_DURATION, C_STANCE_DURATION, C_CMD_VEL_TIMEOUT, C_VERTICAL_FRACTION, C_TOUCHDOWN_SPEED,
-  C_VELOCITY_PRODUCT, C_TOUCHDOWN_REACH, C_FOLLOW_GROUND, C_GROUND_TILT, C_SCALARS
+  C_VELOCITY_PRODUCT, C_TOUCHDOWN_REACH, C_FOLLOW_GROUND, C_GROUND_TILT, C_TRIP_HEIGHT, C_TRIP_PHASE, C_TRIP_RISE,
+  C_MAX_TRIPS, C_OBSTACLE_RISE_FRACTION, C_OBSTACLE_VERTICAL_FRACTION, C_OBSTACLE_SWING_STRETCH, C_SCALARS
 };
 // native/gait.py STATE, the scalars first (NaN stands for Python's None; mode 0 stand, 1 trot)
 enum StateScalar {
   S_MODE, S_STOP_REQUESTED, S_T_STOPPED, S_T_CYCLE0, S_T_PREV, S_BASE_YAW_REF, S_STAND_FROM, S_T_RESET,
-  S_GROUND_HEIGHT, S_STANDING_HEIGHT, S_GROUND_OFFSET, S_SCALARS
+  S_GROUND_HEIGHT, S_STANDING_HEIGHT, S_GROUND_OFFSET, S_TRIPS, S_SCALARS
 };
 enum Mode { STAND = 0, TROT = 1 };
 // Controller arrays the gait writes (native/gait.py CONTROLLER_REFS), in order
@@ -117,6 +118,27 @@ void touchdown_ramp(double s, double& r, double& dr, double& ddr) {
   ddr = s * (-24.0 + 84.0 * s - 60.0 * s * s);
 }
 
+// gait.obstacle_profile: up to apex over the first a of the swing, held, down over the last a
+void obstacle_profile(double s, double z0, double z1, double apex, double a, double& z, double& dz, double& ddz) {
+  s = std::min(std::max(s, 0.0), 1.0);
+  double m, dm, ddm;
+  if (s < a) {
+    min_jerk(s / a, m, dm, ddm);
+    z = z0 + (apex - z0) * m;
+    dz = (apex - z0) * dm / a;
+    ddz = (apex - z0) * ddm / (a * a);
+  } else if (s > 1.0 - a) {
+    min_jerk((1.0 - s) / a, m, dm, ddm);
+    z = z1 + (apex - z1) * m;
+    dz = -(apex - z1) * dm / a;
+    ddz = (apex - z1) * ddm / (a * a);
+  } else {
+    z = apex;
+    dz = 0.0;
+    ddz = 0.0;
+  }
+}
+
 Eigen::Matrix3d rot_z(double yaw) {
   const double c = std::cos(yaw), s = std::sin(yaw);
   Eigen::Matrix3d R;
@@ -138,7 +160,7 @@ struct Gait {
   // views of the state (native/gait.py STATE order after the scalars)
   double *velocity_command, *velocity_filtered, *base_position_ref, *base_velocity_ref, *base_angular_ref;
   double *body_offset, *body_offset_velocity, *ground_plane, *base_tilt;
-  double *planned_stance, *swinging, *swung, *off_ground, *swing_start;
+  double *planned_stance, *swinging, *swung, *off_ground, *swing_start, *swing_time, *obstacle_apex, *trips;
   double *liftoff, *touchdown, *stance_position, *foot_position_ref, *foot_velocity_ref, *foot_acceleration_ref;
   double *q_joint_ref, *v_joint_ref, *a_joint_ref, *q_ik;
   // configuration arrays
@@ -295,6 +317,9 @@ void update_schedule(Gait& g, double t, const std::uint8_t* mask) {
         g.swinging[i] = 1.0;
         g.swung[i] = 1.0;
         g.swing_start[i] = t;
+        g.swing_time[i] = g.c(C_SWING_DURATION);
+        g.obstacle_apex[i] = NaN;
+        g.trips[i] = 0.0;
         for (int j = 0; j < 3; ++j) g.liftoff[3 * i + j] = g.feet(i, j);
       }
     }
@@ -383,7 +408,9 @@ void plant(Gait& g, int i, bool touched = true) {
     // on the level it started on, a touch within GROUND_DEADBAND above it is that level
     const bool level = g.ground_plane[0] == g.s(S_GROUND_HEIGHT) && g.ground_plane[1] == 0.0 && g.ground_plane[2] == 0.0;
     const bool up = follow && touched && (p[2] - expected > GROUND_DEADBAND || !level);
-    p[2] = up ? std::min(p[2], expected + g.c(C_STEP_HEIGHT)) : expected;
+    double limit = expected + g.c(C_STEP_HEIGHT);
+    if (!std::isnan(g.obstacle_apex[i])) limit = std::max(limit, g.obstacle_apex[i]);  // over an obstacle: its apex
+    p[2] = up ? std::min(p[2], limit) : expected;
   }
   for (int j = 0; j < 3; ++j) {
     g.foot_position_ref[3 * i + j] = p[j];
@@ -417,10 +444,30 @@ void raibert_target(Gait& g, int i, double t_td, double t, const double* q, cons
   target[2] = g.ground_at(target[0], target[1]) - g.c(C_TOUCHDOWN_DEPTH);
 }
 
+// gait.py Gait._tripped: a contact in the swing's first half, the foot well above where it
+// lifted off
+bool tripped(const Gait& g, int i, double s) {
+  const double first = g.trips[i] != 0.0 ? g.c(C_OBSTACLE_RISE_FRACTION) : g.c(C_TRIP_PHASE);
+  if (g.trips[i] >= g.c(C_MAX_TRIPS) || s >= g.c(C_EARLY_TOUCHDOWN) || s < first) return false;
+  return g.feet(i, 2) - g.liftoff[3 * i + 2] > g.c(C_TRIP_HEIGHT) * g.c(C_STEP_HEIGHT);
+}
+
+// gait.py Gait._trip: swing again from where the foot is, over an obstacle above it
+void trip(Gait& g, int i, double t) {
+  g.trips[i] += 1.0;
+  g.s(S_TRIPS) += 1.0;
+  for (int j = 0; j < 3; ++j) g.liftoff[3 * i + j] = g.feet(i, j);
+  g.swing_start[i] = t;
+  g.swing_time[i] = g.c(C_SWING_DURATION) * g.c(C_OBSTACLE_SWING_STRETCH);
+  const double apex = g.feet(i, 2) + g.c(C_TRIP_RISE) * (g.s(S_STANDING_HEIGHT) - g.s(S_GROUND_HEIGHT));
+  const double previous = g.obstacle_apex[i];
+  g.obstacle_apex[i] = std::isnan(previous) ? apex : std::max(apex, previous);
+}
+
 void update_feet(Gait& g, double t, double dt, const double* q, const Vec3& v_world, const std::uint8_t* mask) {
-  const double Ts = g.c(C_SWING_DURATION);
   const bool trot = g.s(S_MODE) == TROT;
   for (int i = 0; i < g.k; ++i) {
+    double Ts = g.swinging[i] != 0.0 ? g.swing_time[i] : g.c(C_SWING_DURATION);
     double* fp = g.foot_position_ref + 3 * i;
     double* fv = g.foot_velocity_ref + 3 * i;
     double* fa = g.foot_acceleration_ref + 3 * i;
@@ -429,6 +476,7 @@ void update_feet(Gait& g, double t, double dt, const double* q, const Vec3& v_wo
       g.off_ground[i] = mask[i] ? 0.0 : g.off_ground[i] + 1.0;
       if (g.off_ground[i] * std::max(dt, 1e-9) >= g.c(C_REGAIN_CONTACT_TIME) && trot) {
         g.swinging[i] = 1.0;
+        g.swing_time[i] = Ts;
         g.swing_start[i] = t - Ts;  // past the end of the trajectory: descend
         double* td = g.touchdown + 3 * i;
         for (int j = 0; j < 3; ++j) {
@@ -437,6 +485,8 @@ void update_feet(Gait& g, double t, double dt, const double* q, const Vec3& v_wo
         }
         td[2] = g.ground_at(td[0], td[1]) - g.c(C_TOUCHDOWN_DEPTH);
         g.off_ground[i] = 0.0;
+        g.obstacle_apex[i] = NaN;
+        g.trips[i] = 0.0;
         continue;
       }
       for (int j = 0; j < 3; ++j) {
@@ -446,13 +496,19 @@ void update_feet(Gait& g, double t, double dt, const double* q, const Vec3& v_wo
       }
       continue;
     }
-    const double s = (t - g.swing_start[i]) / Ts;
+    double s = (t - g.swing_start[i]) / Ts;
     if (mask[i] && s >= g.c(C_EARLY_TOUCHDOWN) && landing(g, i, s)) {  // touchdown (early or on time)
       plant(g, i);
       continue;
     }
+    if (mask[i] && trot && tripped(g, i, s)) {
+      trip(g, i, t);
+      Ts = g.swing_time[i];
+      s = 0.0;
+    }
     // the foot travels to its foothold over the middle [f, 1 - f] of the swing
-    const double f = g.c(C_VERTICAL_FRACTION);
+    const bool over = !std::isnan(g.obstacle_apex[i]);
+    const double f = over ? std::max(g.c(C_VERTICAL_FRACTION), g.c(C_OBSTACLE_VERTICAL_FRACTION)) : g.c(C_VERTICAL_FRACTION);
     const double travel = (1.0 - 2.0 * f) * Ts;
     if (s < f + 0.8 * (1.0 - 2.0 * f) && trot)  // re-target until the travel's last fifth
       raibert_target(g, i, g.swing_start[i] + Ts, t, q, v_world, g.touchdown + 3 * i);
@@ -470,10 +526,18 @@ void update_feet(Gait& g, double t, double dt, const double* q, const Vec3& v_wo
         fv[j] = d * dm / travel;
         fa[j] = d * ddm / travel2;
       }
-      const double h = g.c(C_STEP_HEIGHT);
-      fp[2] += h * b;
-      fv[2] += h * db / Ts;
-      fa[2] += h * ddb / Ts2;
+      if (over) {
+        double z, dz, ddz;
+        obstacle_profile(s, p0[2], p1[2], g.obstacle_apex[i], g.c(C_OBSTACLE_RISE_FRACTION), z, dz, ddz);
+        fp[2] = z;
+        fv[2] = dz / Ts;
+        fa[2] = ddz / Ts2;
+      } else {
+        const double h = g.c(C_STEP_HEIGHT);
+        fp[2] += h * b;
+        fv[2] += h * db / Ts;
+        fa[2] += h * ddb / Ts2;
+      }
       const double v_td = g.c(C_TOUCHDOWN_SPEED);
       if (v_td > 0.0) {
         double r, dr, ddr;
@@ -762,7 +826,8 @@ void* idyn_gait_new(void* engine, int k, int nb, int state_size, const double* c
     for (double** v : views3) { *v = p; p += 3; }
     g->base_tilt = p;  // pitch, roll
     p += 2;
-    double** views_k[] = {&g->planned_stance, &g->swinging, &g->swung, &g->off_ground, &g->swing_start};
+    double** views_k[] = {&g->planned_stance, &g->swinging, &g->swung,        &g->off_ground,
+                          &g->swing_start,    &g->swing_time, &g->obstacle_apex, &g->trips};
     for (double** v : views_k) { *v = p; p += k; }
     double** views_k3[] = {&g->liftoff, &g->touchdown, &g->stance_position, &g->foot_position_ref,
                            &g->foot_velocity_ref, &g->foot_acceleration_ref};

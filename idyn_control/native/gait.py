@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from .. import gait as G
 from . import NativeUnavailable, load
 
 #: gait.cpp ConfigSlot scalars, in order (the Gait's derived values: effective limits and gains)
@@ -26,15 +27,19 @@ CONFIG = ("period", "duty_factor", "step_height", "max_acceleration", "max_yaw_a
           "max_step_correction", "max_position_error", "touchdown_depth", "ground_tolerance", "early_touchdown",
           "late_descent_speed", "late_touchdown_time", "regain_contact_time", "stand_up_time", "stand_shift_speed",
           "ik_iterations", "swing_duration", "stance_duration", "cmd_vel_timeout", "vertical_fraction",
-          "touchdown_speed", "velocity_product", "touchdown_reach", "follow_ground", "ground_tilt")
+          "touchdown_speed", "velocity_product", "touchdown_reach", "follow_ground", "ground_tilt",
+          # gait.py's module constants of the trip reflex and the obstacle swing
+          "trip_height", "trip_phase", "trip_rise", "max_trips", "obstacle_rise_fraction",
+          "obstacle_vertical_fraction", "obstacle_swing_stretch")
 #: the state, in gait.cpp's order: Gait attribute, shape ("k": per foot, "k3": per foot xyz,
 #: "na": per joint, "nq": a configuration); None is NaN, mode 0 "stand" / 1 "trot"
 STATE = (("mode", 1), ("_stop_requested", 1), ("_t_stopped", 1), ("_t_cycle0", 1), ("_t_prev", 1),
          ("base_yaw_ref", 1), ("_stand_from", 1), ("_t_reset", 1), ("ground_height", 1), ("standing_height", 1),
-         ("ground_offset", 1), ("velocity_command", 3), ("velocity_filtered", 3), ("base_position_ref", 3),
-         ("base_velocity_ref", 3), ("base_angular_ref", 3), ("body_offset", 3), ("body_offset_velocity", 3),
-         ("ground_plane", 3), ("base_tilt", 2), ("planned_stance", "k"),
-         ("swinging", "k"), ("_swung", "k"), ("_off_ground", "k"), ("_swing_start", "k"), ("_liftoff", "k3"),
+         ("ground_offset", 1), ("trips", 1), ("velocity_command", 3), ("velocity_filtered", 3),
+         ("base_position_ref", 3), ("base_velocity_ref", 3), ("base_angular_ref", 3), ("body_offset", 3),
+         ("body_offset_velocity", 3), ("ground_plane", 3), ("base_tilt", 2), ("planned_stance", "k"),
+         ("swinging", "k"), ("_swung", "k"), ("_off_ground", "k"), ("_swing_start", "k"), ("_swing_time", "k"),
+         ("_obstacle_apex", "k"), ("_trips", "k"), ("_liftoff", "k3"),
          ("_touchdown", "k3"), ("_stance_position", "k3"), ("foot_position_ref", "k3"), ("foot_velocity_ref", "k3"),
          ("foot_acceleration_ref", "k3"), ("q_joint_ref", "na"), ("v_joint_ref", "na"), ("a_joint_ref", "na"),
          ("_q_ik", "nq"))
@@ -86,7 +91,11 @@ class CompiledGait:
         self.load(gait)
         values = dict(vars(gait.config), max_acceleration=gait.max_acceleration, feedback_gain=gait.feedback_gain,
                       swing_duration=gait.swing_duration, stance_duration=gait.stance_duration,
-                      cmd_vel_timeout=math.nan if cmd_vel_timeout is None else cmd_vel_timeout)
+                      cmd_vel_timeout=math.nan if cmd_vel_timeout is None else cmd_vel_timeout,
+                      trip_height=G.TRIP_HEIGHT, trip_phase=G.TRIP_PHASE, trip_rise=G.TRIP_RISE, max_trips=G.MAX_TRIPS,
+                      obstacle_rise_fraction=G.OBSTACLE_RISE_FRACTION,
+                      obstacle_vertical_fraction=G.OBSTACLE_VERTICAL_FRACTION,
+                      obstacle_swing_stretch=G.OBSTACLE_SWING_STRETCH)
         self._config = np.concatenate(([float(values[name]) for name in CONFIG], gait.touchdown_phases,
                                        gait.foot_offsets.reshape(-1), gait.com_offset, model.q_lower, model.q_upper))
         self._joint_q_index = np.asarray(model.joint_q_index, dtype=np.int32).copy()

@@ -19,6 +19,8 @@ the base node's, unchanged.
   C++) when the formulation does: with ``loop_mode native`` every routine tick of a trotting
   robot, contact switches included, then runs without Python, and /cmd_vel is a data write
   into the compiled gait. Otherwise the Python gait runs in the node's Python tick.
+- /diagnostics adds ``gait.trips``: swings the gait began again over something a swing foot
+  struck in the first half of its swing (``Gait.trips``, the trip reflex: README, "Blocks").
 - ``~/reference`` sensor_msgs/JointState: the joint references (position, velocity; model
   joint order), published with ``~/state`` (``monitor_rate_hz``) and stamped like it.
 - ``gait.task`` balance: no /cmd_vel; the robot stands, shifts its weight from foot to foot
@@ -194,6 +196,14 @@ class GaitControllerNode(ControllerNode):
             elif gait.mode == "trot":
                 gait.stop()
             gait.update(t, self._q, self._v, self._mask)
+
+    def diagnostics_values(self, now: float | None = None) -> dict:
+        """The controller's /diagnostics, and the gait's ``gait.trips``: swings begun again
+        over something a foot struck (``Gait.trips``; a block blind, a kerb)."""
+        values = super().diagnostics_values(now)
+        if self.gait is not None:
+            values["gait.trips"] = int(self.gait.trips)
+        return values
 
     def _predicted_contacts(self) -> np.ndarray:
         """In an input gap the feet are where the gait's schedule puts them."""

@@ -421,6 +421,8 @@ class LockstepRunner:
             if self.gait is not None:  # the known terrain's steps (Gait.obstacle_swings)
                 metrics["obstacle_swings"] = self.gait.obstacle_swings
                 metrics["footholds_moved"] = self.gait.footholds_moved
+        if self.gait is not None:  # swings begun again over something a foot struck
+            metrics["trips"] = int(gait.trips)
         if faults is not None:
             metrics["faults"] = dict(faults.counts)
             if faults.counts["predicted_ticks"]:
