@@ -79,6 +79,9 @@ TRIP_HEIGHT = 0.25
 TRIP_PHASE = 0.1
 TRIP_RISE = 0.2
 MAX_TRIPS = 2
+#: ... touching for this many ticks in a row: a contact estimate that flips for a tick (the
+#: fault test's 10 % of the ticks) made the trot trip over nothing
+TRIP_TICKS = 3
 #: on a known terrain a foothold is moved off an edge: no edge (``STEEP_SLOPE``) may lie
 #: within this distance [m] of it (a foot's size and how far it lands off its target); it
 #: moves along the foot's travel by the first of ``FOOTHOLD_SHIFTS`` [m] that finds such ground
@@ -413,6 +416,7 @@ class Gait:
         self.footholds_moved = 0
         self.trips = 0  # swings begun again over an obstacle a foot tripped on
         self._trips = np.zeros(k)  # this swing's trips
+        self._touching = np.zeros(k)  # ticks a swinging foot has touched in a row
         self._liftoff = np.zeros((k, 3))            # foot position at lift-off [m]
         self._touchdown = np.zeros((k, 3))          # planned touchdown point [m]
         self._stance_position = feet.copy()         # where each stance foot is planted [m]
@@ -471,6 +475,7 @@ class Gait:
             self._swing_start[i] = t
             self._swing_time[i], self._swing_height[i] = duration, height
             self._checked[i], self._obstacle_apex[i], self._edge_side[i], self._trips[i] = False, np.nan, 0.0, 0
+            self._touching[i] = 0
             # from where the foot is, not its foothold: a planted foot creeps (G1's left sole,
             # 10 s on qp_coulomb: 2-4.7 mm inward), and a swing started at the foothold had
             # the foot PD kick the leg sideways at lift-off: G1 rolled over its stance sole
@@ -701,6 +706,7 @@ class Gait:
                     self._swing_start[i] = t
                     self._swing_time[i], self._swing_height[i] = self.swing_duration, c.step_height
                     self._checked[i], self._obstacle_apex[i], self._edge_side[i], self._trips[i] = False, np.nan, 0.0, 0
+                    self._touching[i] = 0
                     self._liftoff[i] = feet[i]
         self._swung[~in_window] = False  # the next window starts a new swing
         self.planned_stance[:] = ~(in_window & (self.swinging | (not no_new_swings)))
@@ -729,6 +735,7 @@ class Gait:
                     self._touchdown[i, 2] = self.ground_at(*self._touchdown[i, :2]) - c.touchdown_depth
                     self._off_ground[i] = 0
                     self._checked[i], self._obstacle_apex[i], self._edge_side[i], self._trips[i] = True, np.nan, 0.0, 0
+                    self._touching[i] = 0
                     continue
                 self.foot_position_ref[i] = self._stance_position[i]
                 self.foot_velocity_ref[i] = 0.0
@@ -738,7 +745,8 @@ class Gait:
             if mask[i] and s >= c.early_touchdown and self._landing(i, s, feet[i]):  # touchdown (early or on time)
                 self._plant(i, feet[i])
                 continue
-            if mask[i] and self.mode == "trot" and self._tripped(i, s, feet[i]):
+            self._touching[i] = self._touching[i] + 1 if mask[i] else 0
+            if self._touching[i] >= TRIP_TICKS and self.mode == "trot" and self._tripped(i, s, feet[i]):
                 self._trip(i, t, feet[i])
                 Ts, s = self._swing_time[i], 0.0
             # the foot travels to its foothold over the middle [f, 1 − f] of the swing
@@ -807,6 +815,7 @@ class Gait:
         swing, every robot tried fell on a block of 10 % of its standing height."""
         self._trips[i] += 1
         self.trips += 1
+        self._touching[i] = 0
         self._liftoff[i] = foot
         self._swing_start[i] = t
         self._swing_time[i] = self.swing_duration * OBSTACLE_SWING_STRETCH

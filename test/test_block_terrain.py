@@ -1,9 +1,11 @@
-"""Terrain "block": a vertical step up onto a block and off it, the gait told the ground.
+"""Terrain "block": a vertical step up onto a block and off it.
 
-A swing whose path crosses a step's face rises first to ``step_height`` above the block,
-over a longer swing, and footholds are moved off the edges (``gait.OBSTACLE_*``,
-``FOOTHOLD_*``). Before, with the usual 1.5 cm swing, a block of 20 % of the standing base
-height made 19 of 20 robot × formulation runs fall (10 quadrupeds); at 10 %, 8 of 20.
+Told the ground, a swing whose path crosses a step's face rises first to ``step_height``
+above the block, over a longer swing, and footholds are moved off the edges
+(``gait.OBSTACLE_*``, ``FOOTHOLD_*``). Before, with the usual 1.5 cm swing, a block of 20 %
+of the standing base height made 19 of 20 robot × formulation runs fall (10 quadrupeds); at
+10 %, 8 of 20. Blind, a swing foot that strikes the face swings again over it (the trip
+reflex, ``gait.TRIP_*``); before, every blind run on a block of 10 % fell at the face.
 """
 
 from __future__ import annotations

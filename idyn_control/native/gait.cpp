@@ -63,7 +63,7 @@ enum ConfigSlot {
   C_LATE_DESCENT_SPEED, C_LATE_TOUCHDOWN_TIME, C_REGAIN_CONTACT_TIME, C_STAND_UP_TIME, C_STAND_SHIFT_SPEED,
   C_IK_ITERATIONS, C_SWING_DURATION, C_STANCE_DURATION, C_CMD_VEL_TIMEOUT, C_VERTICAL_FRACTION, C_TOUCHDOWN_SPEED,
   C_VELOCITY_PRODUCT, C_TOUCHDOWN_REACH, C_FOLLOW_GROUND, C_GROUND_TILT, C_TRIP_HEIGHT, C_TRIP_PHASE, C_TRIP_RISE,
-  C_MAX_TRIPS, C_OBSTACLE_RISE_FRACTION, C_OBSTACLE_VERTICAL_FRACTION, C_OBSTACLE_SWING_STRETCH, C_SCALARS
+  C_MAX_TRIPS, C_TRIP_TICKS, C_OBSTACLE_RISE_FRACTION, C_OBSTACLE_VERTICAL_FRACTION, C_OBSTACLE_SWING_STRETCH, C_SCALARS
 };
 // native/gait.py STATE, the scalars first (NaN stands for Python's None; mode 0 stand, 1 trot)
 enum StateScalar {
@@ -160,7 +160,7 @@ struct Gait {
   // views of the state (native/gait.py STATE order after the scalars)
   double *velocity_command, *velocity_filtered, *base_position_ref, *base_velocity_ref, *base_angular_ref;
   double *body_offset, *body_offset_velocity, *ground_plane, *base_tilt;
-  double *planned_stance, *swinging, *swung, *off_ground, *swing_start, *swing_time, *obstacle_apex, *trips;
+  double *planned_stance, *swinging, *swung, *off_ground, *swing_start, *swing_time, *obstacle_apex, *trips, *touching;
   double *liftoff, *touchdown, *stance_position, *foot_position_ref, *foot_velocity_ref, *foot_acceleration_ref;
   double *q_joint_ref, *v_joint_ref, *a_joint_ref, *q_ik;
   // configuration arrays
@@ -320,6 +320,7 @@ void update_schedule(Gait& g, double t, const std::uint8_t* mask) {
         g.swing_time[i] = g.c(C_SWING_DURATION);
         g.obstacle_apex[i] = NaN;
         g.trips[i] = 0.0;
+        g.touching[i] = 0.0;
         for (int j = 0; j < 3; ++j) g.liftoff[3 * i + j] = g.feet(i, j);
       }
     }
@@ -456,6 +457,7 @@ bool tripped(const Gait& g, int i, double s) {
 void trip(Gait& g, int i, double t) {
   g.trips[i] += 1.0;
   g.s(S_TRIPS) += 1.0;
+  g.touching[i] = 0.0;
   for (int j = 0; j < 3; ++j) g.liftoff[3 * i + j] = g.feet(i, j);
   g.swing_start[i] = t;
   g.swing_time[i] = g.c(C_SWING_DURATION) * g.c(C_OBSTACLE_SWING_STRETCH);
@@ -487,6 +489,7 @@ void update_feet(Gait& g, double t, double dt, const double* q, const Vec3& v_wo
         g.off_ground[i] = 0.0;
         g.obstacle_apex[i] = NaN;
         g.trips[i] = 0.0;
+        g.touching[i] = 0.0;
         continue;
       }
       for (int j = 0; j < 3; ++j) {
@@ -501,7 +504,8 @@ void update_feet(Gait& g, double t, double dt, const double* q, const Vec3& v_wo
       plant(g, i);
       continue;
     }
-    if (mask[i] && trot && tripped(g, i, s)) {
+    g.touching[i] = mask[i] ? g.touching[i] + 1.0 : 0.0;
+    if (g.touching[i] >= g.c(C_TRIP_TICKS) && trot && tripped(g, i, s)) {
       trip(g, i, t);
       Ts = g.swing_time[i];
       s = 0.0;
@@ -827,7 +831,8 @@ void* idyn_gait_new(void* engine, int k, int nb, int state_size, const double* c
     g->base_tilt = p;  // pitch, roll
     p += 2;
     double** views_k[] = {&g->planned_stance, &g->swinging, &g->swung,        &g->off_ground,
-                          &g->swing_start,    &g->swing_time, &g->obstacle_apex, &g->trips};
+                          &g->swing_start,    &g->swing_time, &g->obstacle_apex, &g->trips,
+                          &g->touching};
     for (double** v : views_k) { *v = p; p += k; }
     double** views_k3[] = {&g->liftoff, &g->touchdown, &g->stance_position, &g->foot_position_ref,
                            &g->foot_velocity_ref, &g->foot_acceleration_ref};

@@ -29,7 +29,7 @@ CONFIG = ("period", "duty_factor", "step_height", "max_acceleration", "max_yaw_a
           "ik_iterations", "swing_duration", "stance_duration", "cmd_vel_timeout", "vertical_fraction",
           "touchdown_speed", "velocity_product", "touchdown_reach", "follow_ground", "ground_tilt",
           # gait.py's module constants of the trip reflex and the obstacle swing
-          "trip_height", "trip_phase", "trip_rise", "max_trips", "obstacle_rise_fraction",
+          "trip_height", "trip_phase", "trip_rise", "max_trips", "trip_ticks", "obstacle_rise_fraction",
           "obstacle_vertical_fraction", "obstacle_swing_stretch")
 #: the state, in gait.cpp's order: Gait attribute, shape ("k": per foot, "k3": per foot xyz,
 #: "na": per joint, "nq": a configuration); None is NaN, mode 0 "stand" / 1 "trot"
@@ -39,7 +39,7 @@ STATE = (("mode", 1), ("_stop_requested", 1), ("_t_stopped", 1), ("_t_cycle0", 1
          ("base_position_ref", 3), ("base_velocity_ref", 3), ("base_angular_ref", 3), ("body_offset", 3),
          ("body_offset_velocity", 3), ("ground_plane", 3), ("base_tilt", 2), ("planned_stance", "k"),
          ("swinging", "k"), ("_swung", "k"), ("_off_ground", "k"), ("_swing_start", "k"), ("_swing_time", "k"),
-         ("_obstacle_apex", "k"), ("_trips", "k"), ("_liftoff", "k3"),
+         ("_obstacle_apex", "k"), ("_trips", "k"), ("_touching", "k"), ("_liftoff", "k3"),
          ("_touchdown", "k3"), ("_stance_position", "k3"), ("foot_position_ref", "k3"), ("foot_velocity_ref", "k3"),
          ("foot_acceleration_ref", "k3"), ("q_joint_ref", "na"), ("v_joint_ref", "na"), ("a_joint_ref", "na"),
          ("_q_ik", "nq"))
@@ -92,7 +92,7 @@ class CompiledGait:
         values = dict(vars(gait.config), max_acceleration=gait.max_acceleration, feedback_gain=gait.feedback_gain,
                       swing_duration=gait.swing_duration, stance_duration=gait.stance_duration,
                       cmd_vel_timeout=math.nan if cmd_vel_timeout is None else cmd_vel_timeout,
-                      trip_height=G.TRIP_HEIGHT, trip_phase=G.TRIP_PHASE, trip_rise=G.TRIP_RISE, max_trips=G.MAX_TRIPS,
+                      trip_height=G.TRIP_HEIGHT, trip_phase=G.TRIP_PHASE, trip_rise=G.TRIP_RISE, max_trips=G.MAX_TRIPS, trip_ticks=G.TRIP_TICKS,
                       obstacle_rise_fraction=G.OBSTACLE_RISE_FRACTION,
                       obstacle_vertical_fraction=G.OBSTACLE_VERTICAL_FRACTION,
                       obstacle_swing_stretch=G.OBSTACLE_SWING_STRETCH)
