@@ -405,10 +405,9 @@ class Gait:
         self._swing_start = np.zeros(k)             # time of lift-off [s]
         self._swing_time = np.full(k, self.swing_duration)  # this swing's duration [s]
         self._swing_height = np.full(k, self.config.step_height)  # this swing's apex [m]
-        # a swing over an obstacle of a known terrain: its apex [m, foot frame, world z];
-        # NaN: the usual profile (decided at the swing's first tick, ``_checked``)
+        # a swing over an obstacle (known terrain, or a trip): its apex [m, foot frame, world
+        # z]; NaN: the usual profile
         self._obstacle_apex = np.full(k, np.nan)
-        self._checked = np.zeros(k, dtype=bool)
         self._edge_side = np.zeros(k)  # this swing's foothold moved before (−1) or beyond (+1) an edge
         #: swings that went over an obstacle of the known terrain, and footholds moved off an
         #: edge (counts since construction)
@@ -474,8 +473,7 @@ class Gait:
             self.swinging[i] = True
             self._swing_start[i] = t
             self._swing_time[i], self._swing_height[i] = duration, height
-            self._checked[i], self._obstacle_apex[i], self._edge_side[i], self._trips[i] = False, np.nan, 0.0, 0
-            self._touching[i] = 0
+            self._new_swing(i)
             # from where the foot is, not its foothold: a planted foot creeps (G1's left sole,
             # 10 s on qp_coulomb: 2-4.7 mm inward), and a swing started at the foothold had
             # the foot PD kick the leg sideways at lift-off: G1 rolled over its stance sole
@@ -705,8 +703,7 @@ class Gait:
                     self._swung[i] = True
                     self._swing_start[i] = t
                     self._swing_time[i], self._swing_height[i] = self.swing_duration, c.step_height
-                    self._checked[i], self._obstacle_apex[i], self._edge_side[i], self._trips[i] = False, np.nan, 0.0, 0
-                    self._touching[i] = 0
+                    self._new_swing(i)
                     self._liftoff[i] = feet[i]
         self._swung[~in_window] = False  # the next window starts a new swing
         self.planned_stance[:] = ~(in_window & (self.swinging | (not no_new_swings)))
@@ -734,8 +731,7 @@ class Gait:
                     self._touchdown[i] = self._stance_position[i]
                     self._touchdown[i, 2] = self.ground_at(*self._touchdown[i, :2]) - c.touchdown_depth
                     self._off_ground[i] = 0
-                    self._checked[i], self._obstacle_apex[i], self._edge_side[i], self._trips[i] = True, np.nan, 0.0, 0
-                    self._touching[i] = 0
+                    self._new_swing(i)
                     continue
                 self.foot_position_ref[i] = self._stance_position[i]
                 self.foot_velocity_ref[i] = 0.0
@@ -765,7 +761,6 @@ class Gait:
                         s = (t - self._swing_start[i]) / Ts
                     f = max(c.vertical_fraction, OBSTACLE_VERTICAL_FRACTION) if over else c.vertical_fraction
                     travel = (1.0 - 2.0 * f) * Ts
-            self._checked[i] = True
             p0, p1 = self._liftoff[i], self._touchdown[i]
             if s < 1.0:
                 m, dm, ddm = min_jerk((s - f) / (1.0 - 2.0 * f))
@@ -798,6 +793,10 @@ class Gait:
                 if late >= c.late_touchdown_time:
                     self._plant(i, feet[i], touched=False)
 
+    def _new_swing(self, i: int) -> None:
+        """Foot ``i`` begins a swing: the usual profile, no foothold moved, no trip yet."""
+        self._obstacle_apex[i], self._edge_side[i], self._trips[i], self._touching[i] = np.nan, 0.0, 0, 0
+
     def _tripped(self, i: int, s: float, foot: np.ndarray) -> bool:
         """Whether swing ``i``'s contact at phase ``s`` is a trip: in the swing's first half
         (rising; a contact later is a landing or a foot on its way down), with the foot well
@@ -822,7 +821,6 @@ class Gait:
         apex = float(foot[2]) + TRIP_RISE * (self.standing_height - self.ground_height)
         previous = self._obstacle_apex[i]
         self._obstacle_apex[i] = apex if math.isnan(previous) else max(apex, previous)
-        self._checked[i] = True
 
     def _check_obstacle(self, i: int, s: float) -> bool:
         """Whether swing ``i`` (at phase ``s``, its target just updated) goes over an obstacle
@@ -834,12 +832,12 @@ class Gait:
         foot rises first, to ``step_height`` above the highest ground on its path, and
         travels at that height (:func:`obstacle_profile`), over a longer swing
         (``OBSTACLE_SWING_STRETCH``).
-        Decided while the two profiles barely differ (the first tenth of the swing); later
-        re-targets only raise the apex. With a 1.5 cm swing Solo12 and ANYmal C tripped on a
+        Decided while the two profiles barely differ (the first tenth of the swing: a swing is
+        re-targeted from its first tick); later re-targets only raise the apex. With a 1.5 cm swing Solo12 and ANYmal C tripped on a
         2.2 cm and a 4.6 cm step they were told of, and fell."""
         c = self.config
         over = not math.isnan(self._obstacle_apex[i])
-        if self._checked[i] and not over and s > 0.1:
+        if not over and s > 0.1:
             return False
         p0, p1 = self._liftoff[i], self._touchdown[i]
         d = p1[:2] - p0[:2]

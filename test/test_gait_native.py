@@ -40,6 +40,36 @@ def recorded_trot(robot: str):
     return runner, run.trace
 
 
+def twin_gaits(runner, trace):
+    """A Python and a compiled gait of ``runner``'s robot and gait configuration, each on a
+    controller of its own, reset at the start of ``trace``: (ctrl_py, ctrl_c, g_py, g_c)."""
+    ctrl_py, ctrl_c = controller(runner), controller(runner)
+    g_py = Gait(ctrl_py, runner.q_standing, runner.gait.config)
+    g_c = CompiledGait(Gait(ctrl_c, runner.q_standing, runner.gait.config))
+    for g in (g_py, g_c):
+        g.reset(0.0, trace.q[0], trace.v[0])
+    return ctrl_py, ctrl_c, g_py, g_c
+
+
+def references_difference(ctrl_c, ctrl_py) -> float:
+    """The largest relative difference of the reference arrays the two gaits wrote."""
+    return max(relative(getattr(ctrl_c, name), getattr(ctrl_py, name)) for name in REF_ARRAYS)
+
+
+def state_difference(g_c, g_py, n: int) -> float:
+    """The largest relative difference of the two gaits' state (every :data:`STATE` slot);
+    a mode or an unset time must be equal, and so must where the obstacle apex is NaN."""
+    worst = 0.0
+    for name, _ in STATE:
+        a, b = getattr(g_c, name), getattr(g_py, name)
+        if isinstance(b, str) or b is None:
+            assert a == b, (n, name, a, b)
+        else:
+            assert np.array_equal(np.isnan(a), np.isnan(b)), (n, name, a, b)
+            worst = max(worst, relative(np.nan_to_num(a), np.nan_to_num(b)))
+    return worst
+
+
 def drive_gait(gait, scenario, t):
     """The lock-step runner's start/stop schedule."""
     if t == pytest.approx(scenario.trot_start):
@@ -66,11 +96,8 @@ def test_compiled_gait_reproduces_the_python_gait_along_a_trot(robot):
     lift-offs, touchdowns, a turn, the stop and a mid-stride reset on three feet."""
     runner, trace = recorded_trot(robot)
     s = runner.scenario
-    ctrl_py, ctrl_c = controller(runner), controller(runner)
-    g_py = Gait(ctrl_py, runner.q_standing, runner.gait.config)
-    g_c = CompiledGait(Gait(ctrl_c, runner.q_standing, runner.gait.config))
+    ctrl_py, ctrl_c, g_py, g_c = twin_gaits(runner, trace)
     for g in (g_py, g_c):
-        g.reset(0.0, trace.q[0], trace.v[0])
         g.set_velocity(*s.velocity)
     reset_at = int(0.9 * trace.n)
     switches, worst_ref, worst_state = 0, 0.0, 0.0
@@ -85,14 +112,8 @@ def test_compiled_gait_reproduces_the_python_gait_along_a_trot(robot):
             drive_gait(g, s, t)
         g_py.update(t, q, v, mask)
         g_c.update(t, q, v, mask)
-        for name in REF_ARRAYS:
-            worst_ref = max(worst_ref, relative(getattr(ctrl_c, name), getattr(ctrl_py, name)))
-        for name, _ in STATE:
-            a, b = getattr(g_c, name), getattr(g_py, name)
-            if isinstance(b, str) or b is None:
-                assert a == b, (n, name, a, b)
-            else:
-                worst_state = max(worst_state, relative(a, b))
+        worst_ref = max(worst_ref, references_difference(ctrl_c, ctrl_py))
+        worst_state = max(worst_state, state_difference(g_c, g_py, n))
         switches += n > 0 and bool((trace.contact[n] != trace.contact[n - 1]).any())
     assert worst_ref <= 1e-9 and worst_state <= 1e-9, (worst_ref, worst_state)
     assert switches >= 10  # the trot made and broke contacts
@@ -108,19 +129,14 @@ def test_compiled_gait_learns_a_ramp_as_the_python_gait_does():
     runner = LockstepRunner(scenario)
     trace = runner.run().trace
     assert runner.gait.config.follow_ground and trace.n == 3500  # no fall
-    ctrl_py, ctrl_c = controller(runner), controller(runner)
-    g_py = Gait(ctrl_py, runner.q_standing, runner.gait.config)
-    g_c = CompiledGait(Gait(ctrl_c, runner.q_standing, runner.gait.config))
-    for g in (g_py, g_c):
-        g.reset(0.0, trace.q[0], trace.v[0])
+    ctrl_py, ctrl_c, g_py, g_c = twin_gaits(runner, trace)
     worst, steepest, nose_up = 0.0, 0.0, 0.0
     for n in range(trace.n):
         t, q, v, mask = trace.t[n], trace.q[n], trace.v[n], trace.contact[n]
         for g in (g_py, g_c):
             drive_gait(g, scenario, t)
             g.update(t, q, v, mask)
-        for name in REF_ARRAYS:
-            worst = max(worst, relative(getattr(ctrl_c, name), getattr(ctrl_py, name)))
+        worst = max(worst, references_difference(ctrl_c, ctrl_py))
         for name in ("ground_plane", "ground_offset", "base_tilt", "_stance_position"):
             worst = max(worst, relative(getattr(g_c, name), getattr(g_py, name)))
         steepest = max(steepest, float(g_py.ground_plane[1]))
@@ -143,26 +159,14 @@ def test_compiled_gait_trips_over_a_block_as_the_python_gait_does():
     run = runner.run()
     trace = run.trace
     assert not run.metrics["fell"] and run.metrics["trips"] >= 2, run.metrics
-    ctrl_py, ctrl_c = controller(runner), controller(runner)
-    g_py = Gait(ctrl_py, runner.q_standing, runner.gait.config)
-    g_c = CompiledGait(Gait(ctrl_c, runner.q_standing, runner.gait.config))
-    for g in (g_py, g_c):
-        g.reset(0.0, trace.q[0], trace.v[0])
+    ctrl_py, ctrl_c, g_py, g_c = twin_gaits(runner, trace)
     worst, planted = 0.0, -np.inf
     for n in range(trace.n):
         t, q, v, mask = trace.t[n], trace.q[n], trace.v[n], trace.contact[n]
         for g in (g_py, g_c):
             drive_gait(g, scenario, t)
             g.update(t, q, v, mask)
-        for name in REF_ARRAYS:
-            worst = max(worst, relative(getattr(ctrl_c, name), getattr(ctrl_py, name)))
-        for name, _ in STATE:
-            a, b = getattr(g_c, name), getattr(g_py, name)
-            if isinstance(b, str) or b is None:
-                assert a == b, (n, name, a, b)
-            else:  # the obstacle apex is NaN outside an obstacle swing, in both
-                assert np.array_equal(np.isnan(a), np.isnan(b)), (n, name, a, b)
-                worst = max(worst, relative(np.nan_to_num(a), np.nan_to_num(b)))
+        worst = max(worst, references_difference(ctrl_c, ctrl_py), state_difference(g_c, g_py, n))
         planted = max(planted, float(g_py._stance_position[:, 2].max()))
     assert worst <= 1e-9, worst
     assert g_py.trips == g_c.trips >= 2

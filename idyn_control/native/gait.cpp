@@ -285,6 +285,13 @@ void update_base(Gait& g, double t, double dt, const double* q) {
   }
 }
 
+// gait.py Gait._new_swing: the usual profile, no trip yet
+void new_swing(Gait& g, int i) {
+  g.obstacle_apex[i] = NaN;
+  g.trips[i] = 0.0;
+  g.touching[i] = 0.0;
+}
+
 void update_schedule(Gait& g, double t, const std::uint8_t* mask) {
   const double period = g.c(C_PERIOD);
   const double phase = pymod((t - g.s(S_T_CYCLE0)) / period, 1.0);
@@ -318,9 +325,7 @@ void update_schedule(Gait& g, double t, const std::uint8_t* mask) {
         g.swung[i] = 1.0;
         g.swing_start[i] = t;
         g.swing_time[i] = g.c(C_SWING_DURATION);
-        g.obstacle_apex[i] = NaN;
-        g.trips[i] = 0.0;
-        g.touching[i] = 0.0;
+        new_swing(g, i);
         for (int j = 0; j < 3; ++j) g.liftoff[3 * i + j] = g.feet(i, j);
       }
     }
@@ -487,9 +492,7 @@ void update_feet(Gait& g, double t, double dt, const double* q, const Vec3& v_wo
         }
         td[2] = g.ground_at(td[0], td[1]) - g.c(C_TOUCHDOWN_DEPTH);
         g.off_ground[i] = 0.0;
-        g.obstacle_apex[i] = NaN;
-        g.trips[i] = 0.0;
-        g.touching[i] = 0.0;
+        new_swing(g, i);
         continue;
       }
       for (int j = 0; j < 3; ++j) {

@@ -92,7 +92,8 @@ class CompiledGait:
         values = dict(vars(gait.config), max_acceleration=gait.max_acceleration, feedback_gain=gait.feedback_gain,
                       swing_duration=gait.swing_duration, stance_duration=gait.stance_duration,
                       cmd_vel_timeout=math.nan if cmd_vel_timeout is None else cmd_vel_timeout,
-                      trip_height=G.TRIP_HEIGHT, trip_phase=G.TRIP_PHASE, trip_rise=G.TRIP_RISE, max_trips=G.MAX_TRIPS, trip_ticks=G.TRIP_TICKS,
+                      trip_height=G.TRIP_HEIGHT, trip_phase=G.TRIP_PHASE, trip_rise=G.TRIP_RISE,
+                      max_trips=G.MAX_TRIPS, trip_ticks=G.TRIP_TICKS,
                       obstacle_rise_fraction=G.OBSTACLE_RISE_FRACTION,
                       obstacle_vertical_fraction=G.OBSTACLE_VERTICAL_FRACTION,
                       obstacle_swing_stretch=G.OBSTACLE_SWING_STRETCH)

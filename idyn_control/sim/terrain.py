@@ -215,6 +215,13 @@ class HeightMap:
                 yield row, col, centre, block, float(self.mu[row, col])
 
 
+def _require_positive(**values: float) -> None:
+    """A :class:`ConfigError` for the first of ``values`` that is not finite and > 0."""
+    for key, value in values.items():
+        if not (np.isfinite(value) and value > 0.0):
+            raise ConfigError(key, value, "must be finite and > 0")
+
+
 class Ramp(HeightMap):
     """A ramp to walk up and down (x forward from the start): flat within ``start_m`` of the
     origin, up at ``slope_deg`` over ``climb_m`` [m], a flat top of ``top_m``, down as
@@ -225,10 +232,7 @@ class Ramp(HeightMap):
 
     def __init__(self, slope_deg: float = RAMP_SLOPE_DEG, start_m: float = 0.3, climb_m: float = 0.6,
                  top_m: float = 0.4, mu: float = 0.8, border_m: float = 0.2):
-        for key, value in (("slope_deg", slope_deg), ("start_m", start_m), ("climb_m", climb_m),
-                           ("top_m", top_m), ("mu", mu)):
-            if not (np.isfinite(value) and value > 0.0):
-                raise ConfigError(key, value, "must be finite and > 0")
+        _require_positive(slope_deg=slope_deg, start_m=start_m, climb_m=climb_m, top_m=top_m, mu=mu)
         if slope_deg >= 45.0:
             raise ConfigError("slope_deg", slope_deg, "must be below 45°")
         patch = 0.5
@@ -261,9 +265,7 @@ class Block(HeightMap):
 
     def __init__(self, rise_m: float = 0.05, start_m: float = 0.3, top_m: float = 0.6, mu: float = 0.8,
                  border_m: float = 0.2):
-        for key, value in (("rise_m", rise_m), ("start_m", start_m), ("top_m", top_m), ("mu", mu)):
-            if not (np.isfinite(value) and value > 0.0):
-                raise ConfigError(key, value, "must be finite and > 0")
+        _require_positive(rise_m=rise_m, start_m=start_m, top_m=top_m, mu=mu)
         patch = 0.5
         end = start_m + top_m + 1.0  # [m] the far face, and room to walk on
         size = 2.0 * patch * math.ceil(end / patch)
