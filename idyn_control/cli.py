@@ -236,15 +236,17 @@ def main(argv=None) -> int:
     p.add_argument("--speed", type=float, default=0.2, help="forward speed command [m/s]")
     p.add_argument("--friction", type=float, default=0.7, help="ground μ (inf = no slip)")
     p.add_argument("--compliant", action="store_true", help="compliant ground (≈1 mm at rest)")
-    p.add_argument("--terrain", default="plane", choices=("plane", "heightmap", "ramp", "block"),
+    p.add_argument("--terrain", default="plane", choices=("plane", "heightmap", "ramp", "block", "stairs"),
                    help="heightmap: seed 000's rigid 3 cm bumps with per-patch μ ~ U(0.1, 1.5); ramp: up at "
                         "--ramp-slope, a flat top, as steeply down, μ 0.8; block: a vertical step up by "
-                        "--block-height, a flat top, a step down, μ 0.8 (any: --friction and --compliant unused)")
+                        "--block-height, a flat top, a step down, μ 0.8; stairs: 3 steps up by --block-height "
+                        "each, a landing, 3 steps down, μ 0.8 (any: --friction and --compliant unused)")
     p.add_argument("--terrain-seed", type=int, default=0, help="seed of the height map")
     p.add_argument("--ramp-slope", type=float, default=RAMP_SLOPE_DEG,
                    help="slope of the ramp [°] (%g to %g)" % RAMP_SLOPE_RANGE_DEG)
     p.add_argument("--block-height", type=float, default=None,
-                   help="height of the block [m] (default: 15 %% of the robot's standing base height)")
+                   help="height of the block, or each stair's rise [m] (default: 15 %%, stairs: 10 %% of the "
+                        "robot's standing base height)")
     p.add_argument("--blind", action="store_true",
                    help="heightmap, ramp: do not tell the controller the normal and μ under its feet (it "
                         "assumes flat ground and --friction)")

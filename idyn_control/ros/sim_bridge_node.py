@@ -25,7 +25,8 @@ period) and publishes what the controller node reads.
 - ``terrain`` ``heightmap`` (``terrain_seed``) replaces the plane with seed 000 §7.5's rigid
   height map, ``ramp`` with a ramp up and down ahead (``ramp_slope``, 10° by default),
   ``block`` with a block to step onto and off (``block_height``; by default 15 % of the
-  robot's standing base height; :mod:`idyn_control.sim.terrain`). The controller node is
+  robot's standing base height; :mod:`idyn_control.sim.terrain`), ``stairs`` with three
+  steps up, a landing and three down (each ``block_height`` high, by default 10 %). The controller node is
   told no heights: over ROS the gait walks a block blind (README, "Blocks").
   With ``publish_ground`` the bridge tells the controller the ground under its feet, as a
   terrain map would: ``~/contact_ground`` (std_msgs/Float64MultiArray, one row nx, ny, nz,
@@ -124,11 +125,13 @@ PARAMETERS: tuple[BridgeParam, ...] = (
     BridgeParam("terrain", "plane", "'plane' (friction, compliant), 'heightmap': seed 000 §7.5's rigid "
                 "2 m square of bumps up to 3 cm with per-patch μ ~ U(0.1, 1.5), flat around the origin, "
                 "flat ground with μ 0.8 around it, 'ramp': up ahead (+x) at ramp_slope, a flat top, as "
-                "steeply down, μ 0.8 (climb and top 0.6 and 0.4 m, or as long as the robot), or 'block': a "
-                "vertical step up ahead (+x) by block_height, a flat top, a step down, μ 0.8"),
+                "steeply down, μ 0.8 (climb and top 0.6 and 0.4 m, or as long as the robot), 'block': a "
+                "vertical step up ahead (+x) by block_height, a flat top, a step down, μ 0.8, or 'stairs': "
+                "3 steps up ahead (+x) by block_height each, a landing, 3 steps down, μ 0.8 (treads 0.25 m, "
+                "or as long as the robot's reach)"),
     BridgeParam("ramp_slope", RAMP_SLOPE_DEG, "terrain 'ramp': its slope [°]", RAMP_SLOPE_RANGE_DEG),
-    BridgeParam("block_height", 0.0, "terrain 'block': its height [m]; 0 = 15 % of the robot's standing base "
-                "height", (0.0, 1.0)),
+    BridgeParam("block_height", 0.0, "terrain 'block': its height, 'stairs': each step's rise [m]; 0 = 15 % "
+                "(stairs: 10 %) of the robot's standing base height", (0.0, 1.0)),
     BridgeParam("terrain_seed", 0, "seed of the height map", (0, 2**31 - 1)),
     BridgeParam("publish_ground", True, "with a height map: publish ~/contact_ground, the normal and μ under "
                 "each foot in contact (rows nx, ny, nz, μ; sent when one changes and every 0.5 s)"),
@@ -199,7 +202,8 @@ class SimBridgeNode(Node):
             if spec.contact_frames else robots.load(spec)
         m = self.robot
         terrain = make_terrain(str(get("terrain")), int(get("terrain_seed")), robots.standing_footprint(m, spec),
-                               float(get("ramp_slope")), block_height(m, spec, float(get("block_height")) or None))
+                               float(get("ramp_slope")), block_height(m, spec, float(get("block_height")) or None,
+                                                                    str(get("terrain"))))
         self.sim = build_mujoco(m, friction=friction, compliant=bool(get("compliant")),
                                 timestep=self.period_s / self.substeps, terrain=terrain)
         joints = [j for j in get("command_joints") if j]

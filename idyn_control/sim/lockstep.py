@@ -121,14 +121,17 @@ class Scenario:
             "balance") or of :class:`~idyn_control.sim.tasks.StepConfig` fields (task "steps":
             stepping in place on two soles, ``gait=False``).
         terrain: "plane" (``friction``, ``compliant``), "heightmap" (seed 000 §7.5: rigid
-            bumps ≤ 3 cm, per-patch μ ~ U(0.1, 1.5), drawn from ``terrain_seed``) or "ramp"
+            bumps ≤ 3 cm, per-patch μ ~ U(0.1, 1.5), drawn from ``terrain_seed``), "ramp"
             (:class:`~idyn_control.sim.terrain.Ramp`: ``ramp_slope_deg`` up ahead, a flat top,
-            as steeply down, μ 0.8); the controller is told the local normal and μ under each
+            as steeply down, μ 0.8), "block" or "stairs" (``block_height_m``); the controller is told the local normal and μ under each
             foot in contact.
         ramp_slope_deg: the ramp's slope [°] (terrain "ramp").
         block_height_m: the block's height [m] (terrain "block":
             :class:`~idyn_control.sim.terrain.Block`, a vertical step up ahead, a flat top,
-            a step down); None: ``BLOCK_HEIGHT_FRACTION`` of the robot's standing base height.
+            a step down), or each stair's rise (terrain "stairs":
+            :class:`~idyn_control.sim.terrain.Stairs`, ``STAIR_STEPS`` steps up, a landing,
+            as many down); None: ``BLOCK_HEIGHT_FRACTION`` (``STAIR_RISE_FRACTION``) of the
+            robot's standing base height.
         terrain_known: the controller and the gait are told the height map (the paper's
             setting, §7.4); False: they walk blind, as a node that gets no
             ``~/contact_ground``: flat ground at z = 0 and ``friction`` assumed (the fall
@@ -223,7 +226,7 @@ class LockstepRunner:
         self.legged = self.robot.floating_base and not self.grasp
         # a height map's flat start holds the feet where the robot stands up
         self.terrain = make_terrain(s.terrain, s.terrain_seed, robots.standing_footprint(self.robot, spec),
-                                    s.ramp_slope_deg, block_height(self.robot, spec, s.block_height_m))
+                                    s.ramp_slope_deg, block_height(self.robot, spec, s.block_height_m, s.terrain))
         self.sim: MujocoSim = build_mujoco(self.robot, friction=s.friction, compliant=s.compliant,
                                            timestep=s.dt / s.substeps, terrain=self.terrain)
         self.surface_updates = 0  # contact normal/μ changes passed to the controller

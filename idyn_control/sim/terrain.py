@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import ConfigError, UnknownNameError
 from ..robots import standing_configuration
 
-TERRAINS = ("plane", "heightmap", "ramp", "block")
+TERRAINS = ("plane", "heightmap", "ramp", "block", "stairs")
 #: the ramp's slope [°] by default, and the range the bridge, the demo and the CLI take
 RAMP_SLOPE_DEG = 10.0
 RAMP_SLOPE_RANGE_DEG = (1.0, 30.0)
@@ -45,6 +45,12 @@ START_CLEARANCE_M = 0.07
 #: the block's height by default, as a fraction of the robot's standing base height (terrain
 #: "block": :class:`Block`)
 BLOCK_HEIGHT_FRACTION = 0.15
+#: the stairs' steps up (and as many down) by default, and each tread's length at least [m]
+#: (terrain "stairs": :class:`Stairs`)
+STAIR_STEPS = 3
+STAIR_TREAD_M = 0.25
+#: each stair's rise by default, as a fraction of the robot's standing base height
+STAIR_RISE_FRACTION = 0.10
 _UP = np.array([0.0, 0.0, 1.0])
 _UP.flags.writeable = False
 
@@ -282,15 +288,58 @@ class Block(HeightMap):
         return f"block ({100.0 * self.rise_m:.1f} cm)"
 
 
-def block_height(model, ref, height_m: float | None = None) -> float:
-    """Terrain "block"'s height [m]: ``height_m``, or None: ``BLOCK_HEIGHT_FRACTION`` of the
-    standing base height of the robot ``model`` of ``ref`` (its file or spec; 0.05 m for a
-    robot without a floating base, which walks nowhere)."""
+class Stairs(HeightMap):
+    """A flight of stairs up and down (x forward from the start): flat within ``start_m`` of
+    the origin, ``steps`` vertical steps up by ``rise_m`` [m] each ``tread_m`` apart, a
+    landing of ``landing_m``, as many steps down, then flat at z = 0; μ = ``mu``
+    everywhere. A :class:`HeightMap` like :class:`Block`; across the map the stairs end
+    ``border_m`` before its edge. The robot walks along their middle."""
+
+    def __init__(self, rise_m: float = 0.04, tread_m: float = STAIR_TREAD_M, steps: int = STAIR_STEPS,
+                 start_m: float = 0.3, landing_m: float = 0.6, mu: float = 0.8, border_m: float = 0.2):
+        _require_positive(rise_m=rise_m, tread_m=tread_m, start_m=start_m, landing_m=landing_m, mu=mu)
+        if int(steps) != steps or steps < 1:
+            raise ConfigError("steps", steps, "must be a whole number ≥ 1")
+        patch = 0.5
+        self.steps, self.tread_m, self.start_m, self.landing_m, self.rise_m = int(steps), tread_m, start_m, landing_m, rise_m
+        flight = (self.steps - 1) * tread_m  # [m] from the first face to the last one up
+        self.top_start_m = start_m + flight
+        self.top_end_m = self.top_start_m + landing_m
+        end = self.top_end_m + flight + 1.0  # [m] the last face down, and room to walk on
+        size = 2.0 * patch * math.ceil(end / patch)
+        X, Y = self._set_grid(HeightMapConfig(size_m=size, patch_m=patch, bump_height_m=self.steps * rise_m,
+                                              flat_radius_m=start_m, mu_range=(mu, mu), border_m=border_m,
+                                              outside_mu=mu))
+        up = np.floor((X - start_m) / tread_m + 1e-9) + 1.0
+        down = np.floor((self.top_end_m + flight - X) / tread_m + 1e-9) + 1.0
+        level = np.clip(np.minimum(up, down), 0.0, self.steps)
+        self.heights = np.where(np.abs(Y) <= 0.5 * size - border_m, level * rise_m, 0.0)
+        self.mu = np.full((self.n_patches, self.n_patches), float(mu))
+        self._set_normals()
+
+    @property
+    def label(self) -> str:
+        return f"stairs ({self.steps} × {100.0 * self.rise_m:.1f} cm)"
+
+    @property
+    def faces_m(self) -> list[float]:
+        """The x of every face [m]: the steps up, then the steps down."""
+        flight = (self.steps - 1) * self.tread_m
+        up = [self.start_m + k * self.tread_m for k in range(self.steps)]
+        return up + [self.top_end_m + flight - k * self.tread_m for k in reversed(range(self.steps))]
+
+
+def block_height(model, ref, height_m: float | None = None, terrain: str = "block") -> float:
+    """Terrain "block"'s height, or each stair's rise on terrain "stairs" [m]: ``height_m``,
+    or None: ``BLOCK_HEIGHT_FRACTION`` (``STAIR_RISE_FRACTION``) of the standing base height
+    of the robot ``model`` of ``ref`` (its file or spec; 0.05 m for a robot without a
+    floating base, which walks nowhere)."""
     if height_m is not None:
         return float(height_m)
     if not model.floating_base:
         return 0.05
-    return round(BLOCK_HEIGHT_FRACTION * float(standing_configuration(model, ref)[2]), 4)
+    fraction = STAIR_RISE_FRACTION if terrain == "stairs" else BLOCK_HEIGHT_FRACTION
+    return round(fraction * float(standing_configuration(model, ref)[2]), 4)
 
 
 def heightmap_config(footprint_m: float = 0.0) -> HeightMapConfig:
@@ -320,7 +369,10 @@ def make_terrain(name: str, seed: int = 0, footprint_m: float = 0.0,
     ANYmal C's feet spanned the default's whole climb and top at once, and with ``wbc_qp``
     it fell at the crest (``seed`` unused); ``"block"`` → :class:`Block`, ``rise_m``
     [m] high, its near face ``2 START_CLEARANCE_M`` beyond those feet, its top long enough for
-    all four feet at once (2.5 ``footprint_m``, at least 0.6 m)."""
+    all four feet at once (2.5 ``footprint_m``, at least 0.6 m); ``"stairs"`` → :class:`Stairs`,
+    ``STAIR_STEPS`` steps of ``rise_m`` up and down, placed as the block, each tread as long
+    as the robot's reach (``footprint_m``, at least ``STAIR_TREAD_M``) and a landing as the
+    block's top."""
     if name == "plane":
         return None
     if name == "heightmap":
@@ -332,4 +384,8 @@ def make_terrain(name: str, seed: int = 0, footprint_m: float = 0.0,
     if name == "block":
         reach = max(footprint_m, 0.0)
         return Block(rise_m=rise_m, start_m=reach + 2.0 * START_CLEARANCE_M, top_m=max(0.6, 2.5 * reach))
+    if name == "stairs":
+        reach = max(footprint_m, 0.0)
+        return Stairs(rise_m=rise_m, tread_m=max(STAIR_TREAD_M, reach), start_m=reach + 2.0 * START_CLEARANCE_M,
+                      landing_m=max(0.6, 2.5 * reach))
     raise UnknownNameError("terrain", name, TERRAINS)
