@@ -231,6 +231,23 @@ def test_the_demo_walks_go2_blind_onto_a_block_and_off_it_through_ros(tmp_path):
     _assert_the_demo_climbs(tmp_path / "demo", "go2", "block", "block (4.5 cm)", block.rise_m, trot)
 
 
+def test_the_demo_walks_go2_blind_up_stairs_and_down_them_through_ros(tmp_path):
+    """``idyn-control demo --robot go2 --terrain stairs``: three steps of 10 % of its standing
+    height (3.0 cm) up, a landing and three down, the gait node told no heights: it trips
+    up each step and finds each step down. No fall, the speed, the base up by most of the
+    flight's height."""
+    pytest.importorskip("mcap")
+    from idyn_control.sim.terrain import block_height, make_terrain
+
+    spec = robots.spec("go2")
+    model = robots.load(spec)
+    footprint = robots.standing_footprint(model, spec)
+    stairs = make_terrain("stairs", 0, footprint, rise_m=block_height(model, spec, terrain="stairs"))
+    trot = (stairs.faces_m[-1] + 2.0 * footprint + 0.2) / 0.2  # off the last step down
+    _assert_the_demo_climbs(tmp_path / "demo", "go2", "stairs", "stairs (3 × 3.0 cm)",
+                            stairs.steps * stairs.rise_m, trot)
+
+
 def test_demo_terrain_options_are_checked():
     from idyn_control.errors import ConfigError
 
@@ -247,8 +264,9 @@ def test_demo_terrain_options_are_checked():
         with pytest.raises(ConfigError, match="ramp_slope"):
             DemoOptions(robot="solo12", terrain="ramp", ramp_slope=slope).resolved()
     assert DemoOptions(robot="solo12", terrain="ramp", ramp_slope=15.0).resolved().ramp_slope == 15.0
-    with pytest.raises(ConfigError, match="follow_ground"):
-        DemoOptions(terrain="block").resolved()
+    for terrain in ("block", "stairs"):
+        with pytest.raises(ConfigError, match="follow_ground"):
+            DemoOptions(terrain=terrain).resolved()
     for height in (0.0, -0.01, 1.5, math.nan):  # the bridge's range: (0, 1] m
         with pytest.raises(ConfigError, match="block_height"):
             DemoOptions(robot="go2", terrain="block", block_height=height).resolved()
