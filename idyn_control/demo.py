@@ -79,7 +79,9 @@ class DemoOptions:
     terrain: str = "plane"      # or "heightmap" (seed 000 §7.5; friction and compliant then unused)
     terrain_seed: int = 0
     ramp_slope: float = RAMP_SLOPE_DEG  # terrain "ramp": its slope [°]
-    block_height: float | None = None  # terrain "block": its height, "stairs": each rise [m]; None: 15 % (10 %) of the standing base height
+    # terrain "block": its height, "stairs": each step's rise [m]; None: 15 % (stairs 10 %) of the
+    # standing base height
+    block_height: float | None = None
     blind: bool = False         # heightmap: the controller is not told the ground under its feet
     ros: bool = True
     out: str = "results/demo"
@@ -126,9 +128,10 @@ class DemoOptions:
             raise ConfigError("ramp_slope", self.ramp_slope, f"must be in [{low:g}, {high:g}] [°] (the bridge's range)")
         if self.block_height is not None and not (math.isfinite(self.block_height) and 0.0 < self.block_height <= 1.0):
             raise ConfigError("block_height", self.block_height, "must be in (0, 1] [m] (the bridge's range)")
-        if self.terrain in ("ramp", "block", "stairs") and not robots.spec(self.robot).gait.get("follow_ground", True):
-            raise ConfigError("robot", self.robot, f"climbs a ramp, block or stairs only with gait.follow_ground true (its file sets "
-                              "it false): try --robot solo12, go2 or anymal_c")
+        climbing = self.terrain in ("ramp", "block", "stairs")
+        if climbing and not robots.spec(self.robot).gait.get("follow_ground", True):
+            raise ConfigError("robot", self.robot, "climbs a ramp, block or stairs only with gait.follow_ground true "
+                              "(its file sets it false): try --robot solo12, go2 or anymal_c")
         # flat feet start standing: from a crouch G1's soles land on their edges
         crouch = 0.0 if flat_feet else self.crouch
         return replace(self, task=task, crouch=crouch, speed=0.0 if task == "balance" else self.speed)

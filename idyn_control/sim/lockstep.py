@@ -123,8 +123,8 @@ class Scenario:
         terrain: "plane" (``friction``, ``compliant``), "heightmap" (seed 000 §7.5: rigid
             bumps ≤ 3 cm, per-patch μ ~ U(0.1, 1.5), drawn from ``terrain_seed``), "ramp"
             (:class:`~idyn_control.sim.terrain.Ramp`: ``ramp_slope_deg`` up ahead, a flat top,
-            as steeply down, μ 0.8), "block" or "stairs" (``block_height_m``); the controller is told the local normal and μ under each
-            foot in contact.
+            as steeply down, μ 0.8), "block" or "stairs" (``block_height_m``); the controller
+            is told the local normal and μ under each foot in contact.
         ramp_slope_deg: the ramp's slope [°] (terrain "ramp").
         block_height_m: the block's height [m] (terrain "block":
             :class:`~idyn_control.sim.terrain.Block`, a vertical step up ahead, a flat top,

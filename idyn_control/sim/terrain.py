@@ -301,7 +301,8 @@ class Stairs(HeightMap):
         if int(steps) != steps or steps < 1:
             raise ConfigError("steps", steps, "must be a whole number ≥ 1")
         patch = 0.5
-        self.steps, self.tread_m, self.start_m, self.landing_m, self.rise_m = int(steps), tread_m, start_m, landing_m, rise_m
+        self.steps, self.tread_m, self.rise_m = int(steps), tread_m, rise_m
+        self.start_m, self.landing_m = start_m, landing_m
         flight = (self.steps - 1) * tread_m  # [m] from the first face to the last one up
         self.top_start_m = start_m + flight
         self.top_end_m = self.top_start_m + landing_m
