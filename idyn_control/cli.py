@@ -101,6 +101,9 @@ def cmd_check_config(args) -> int:
         print(f"{args.file}: {len(problems)} problem(s)", file=sys.stderr)
         return 1
     settings = config.resolve(params)
+    if not args.no_model:
+        for line in config.build_model(settings).effort_limit_warnings():
+            print(f"{args.file}: warning: {line}", file=sys.stderr)
     source = settings["robot"] or settings["urdf_path"] or "robot_description"
     print(f"{args.file}: OK ({len(params)} parameters; {source}, formulation {settings['formulation']}, "
           f"{settings['update_rate']:g} Hz)")

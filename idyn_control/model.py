@@ -17,6 +17,10 @@ import pinocchio as pin
 
 from .errors import ConfigError, ModelError, UnknownNameError
 
+#: an effort limit above this multiple of the torque that holds the whole robot's weight at the
+#: joint's reach is taken for a placeholder (Solo's and Bolt's URDFs give 1000 N·m to 1–3 kg
+#: robots: 125–410 times that torque; ANYmal, HyQ, Talos, Panda, Tiago, iCub: at most 5)
+PLACEHOLDER_EFFORT_RATIO = 20.0
 _PACKAGE_URI = re.compile(r"package://([^/\"'<>\s]+)/([^\"'<>\s]*)")
 
 
@@ -352,6 +356,34 @@ class RobotModel:
         else:
             self._check_limit("effort_limits", limits)
             self.tau_max[:] = float(limits)
+
+    def effort_limit_warnings(self) -> list[str]:
+        """Effort limits that bound nothing real, one readable line per joint: none (0 or
+        not finite: the controller commands a joint with 0 no torque), or more than
+        ``PLACEHOLDER_EFFORT_RATIO`` times the torque that holds the whole robot's weight at
+        the joint's reach (its farthest frame in the neutral configuration): a URDF's
+        placeholder, under which commanded torques are unbounded in practice."""
+        pm = self.pin_model
+        data = pm.createData()
+        pin.framesForwardKinematics(pm, data, pin.neutral(pm))
+        weight = 9.81 * sum(inertia.mass for inertia in pm.inertias)
+        lines = []
+        for name, limit in zip(self.joint_names, self.tau_max):
+            if not (np.isfinite(limit) and limit > 0.0):
+                lines.append(f"joint {name}: effort limit {limit:g} N·m: set effort_limit (the controller "
+                             f"commands {'it no torque' if limit == 0.0 else 'any torque'})")
+                continue
+            jid = pm.getJointId(name)
+            subtree = set(pm.subtrees[jid])
+            origin = data.oMi[jid].translation
+            reach = max([np.linalg.norm(data.oMf[f].translation - origin) for f in range(pm.nframes)
+                         if pm.frames[f].parentJoint in subtree], default=0.0)
+            holding = weight * max(reach, 0.05)  # [N·m]; 5 cm for a joint with nothing beyond it
+            if limit > PLACEHOLDER_EFFORT_RATIO * holding:
+                lines.append(f"joint {name}: effort limit {limit:g} N·m is {limit / holding:.0f} times the "
+                             f"torque that holds the robot's weight at its reach ({holding:.3g} N·m): a "
+                             "placeholder? set effort_limit to the actuator's")
+        return lines
 
     @staticmethod
     def _check_limit(name: str, value: float) -> None:

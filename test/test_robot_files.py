@@ -146,3 +146,23 @@ def test_robot_files_resolve_relative_paths_against_the_file(tmp_path):
     finally:
         os.chdir(cwd)
     assert math.isfinite(robots.standing_configuration(robots.load(path), path)[2])
+
+
+def test_placeholder_effort_limits_are_flagged_and_real_ones_are_not(tmp_path, capsys):
+    """Solo 8's URDF gives each joint 1000 N·m (its motors give 2.7): check-config and the
+    node warn of each such joint (they still load: the file may mean it), and say nothing of
+    the shipped robots, of the other robot files' URDFs, nor of Solo 8 given its limit."""
+    from conftest import MORE_ROBOTS
+
+    for name in robots.names():
+        assert robots.load(name).effort_limit_warnings() == [], name
+    for name in [*NEW_ROBOTS, *MORE_ROBOTS]:
+        path = _write(tmp_path, name)
+        model = config.build_model(config.resolve(config.load_params_file(path)))
+        assert (model.effort_limit_warnings() != []) == (name == "solo8"), name
+    solo8 = _write(tmp_path, "solo8")
+    assert cli.main(["check-config", str(solo8)]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 8 and all("1000 N·m" in line and "placeholder" in line for line in warnings), warnings
+    assert cli.main(["check-config", str(_write(tmp_path, "solo8", effort_limit=2.7))]) == 0
+    assert "warning" not in capsys.readouterr().err

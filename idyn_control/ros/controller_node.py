@@ -290,6 +290,8 @@ class ControllerNode(InputsMixin, MonitoringMixin, NativeLoopMixin, LoopMixin, L
         missing = [j for j in model.joint_names if j not in command_joints]
         if missing:
             self.get_logger().warning(f"joints not in command_joints get no command: {missing}")
+        for line in model.effort_limit_warnings():
+            self.get_logger().warning(line)
 
         # ---------------------------------------------------------- buffers
         self._js = JointStateReader(model)
