@@ -401,12 +401,14 @@ def option_choices(key: str) -> tuple[str, ...] | None:
     from . import qp
     from .formulations.lcp_coulomb import _DIRECTIONS
     from .formulations.lcp_noslip import CONTACT_TARGETS
+    from .formulations.projected import INTERNAL_FORCES
     from .formulations.qp_contact import DISSIPATION
 
     return {
         "backend": ("auto", "native", "python"), "solver": qp.solver_names(), "stage1_solver": ("qp", "lemke"),
         "dissipation": tuple(DISSIPATION), "contact_target": tuple(CONTACT_TARGETS),
         "friction_cone": tuple(_DIRECTIONS), "spread_friction": ("torque", "load", ""),  # "": off
+        "internal_forces": INTERNAL_FORCES,
     }.get(key)
 
 

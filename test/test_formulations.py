@@ -252,3 +252,51 @@ def test_stage2_empty_set_check_agrees_with_proxqp(robot, load_robot):
                 np.testing.assert_allclose(r.forces, reference.forces, rtol=0, atol=1e-6 * max(1.0, np.abs(
                     reference.forces).max()))
     assert sum(fired) >= 5 and by_proxqp.stage2_failures >= sum(fired), (sum(fired), by_proxqp.stage2_failures)
+
+
+@pytest.mark.parametrize("robot", FLOATING)
+def test_projected_min_force_is_the_least_norm_force_distribution(robot, load_robot):
+    """``projected``'s constraint-space step (internal_forces "min_force", Righetti et al.
+    2013): standing on four feet, its forces are the least-norm ones that carry the base
+    (contact_lstsq's), with less tangential force than the minimum-norm torque's."""
+    model = load_robot(robot)
+    q = robots.standing_configuration(model, robot)
+    zero = np.zeros(model.nv)
+    frames = model.contact_frames
+    least = formulations.make("contact_lstsq", model).solve(q, zero, zero, frames)
+    by_force = formulations.make("projected", model).solve(q, zero, zero, frames)
+    by_torque = formulations.make("projected", model, internal_forces="min_torque").solve(q, zero, zero, frames)
+    weight = pin.computeTotalMass(model.pin_model) * 9.81
+    np.testing.assert_allclose(by_force.forces, least.forces, rtol=0, atol=1e-6 * weight)
+    assert np.abs(by_torque.tau).sum() <= np.abs(by_force.tau).sum() * (1 + 1e-9)
+    tangential = [np.linalg.norm(r.forces[:, :2], axis=1).max() for r in (by_force, by_torque)]
+    assert tangential[0] <= tangential[1] + 1e-9 * weight
+
+
+@pytest.mark.parametrize("robot", FLOATING)
+@pytest.mark.parametrize("feet", [1, 2])
+def test_projected_underactuated_is_nearest_in_kinetic_energy(robot, feet, load_robot, rng):
+    """On one foot, or a trot's diagonal pair, no torque gives the projected q̈: ``projected``
+    returns the τ whose constrained motion is nearest it in the metric M (Gauss's
+    principle); no other τ comes nearer."""
+    model = load_robot(robot)
+    f = formulations.make("projected", model)
+    frames = model.contact_frames[:1] if feet == 1 else (model.contact_frames[0], model.contact_frames[3])
+    q, v = robots.standing_configuration(model, robot), 0.1 * rng.normal(size=model.nv)
+    qdd_des = rng.normal(0.0, 2.0, model.nv)
+    result = f.solve(q, v, qdd_des, frames)
+    assert f.dynamics_residual(result) <= RESIDUAL_TOL
+    J = f.stacked_jacobian()
+    P = np.eye(model.nv) - np.linalg.pinv(J) @ J
+    target = P @ qdd_des - np.linalg.pinv(J) @ f.stacked_drift()
+    M = f.terms.M
+
+    def distance(tau):
+        f.constrained_forward_dynamics(tau)
+        e = f.qdd - target
+        return float(e @ M @ e)
+
+    best = distance(result.tau)
+    scale = max(1.0, float(np.abs(result.tau).max()))
+    for _ in range(20):
+        assert distance(result.tau + 0.05 * scale * rng.normal(size=model.na)) >= best * (1 - 1e-9)
