@@ -98,11 +98,12 @@ BLIND_CELLS = [("solo12", "wbc_qp"), ("go2", "qp_coulomb"), ("anymal_c", "qp_cou
 
 @pytest.mark.parametrize("robot, formulation", BLIND_CELLS)
 def test_blind_each_quadruped_trips_up_stairs_and_walks_down_them(robot, formulation, tmp_path):
-    """Steps of 10 % of the standing base height (the default), the gait and the controller
-    told nothing, each tick compiled as the node's loop runs it: the feet strike each face
-    up and swing again over it (the trip reflex), and find the steps down by going on down."""
-    run, runner, stairs, footprint = _climb(robot, formulation, STAIR_RISE_FRACTION, tmp_path,
-                                            terrain_known=False, compiled=True)
+    """Steps of 15 % of the standing base height (the default is 10 %), the gait and the
+    controller told nothing, each tick compiled as the node's loop runs it: the feet strike
+    each face up and swing again over it (the trip reflex), and find the steps down by going
+    on down. With the contact estimate on the force's vertical part (until 2026-11-29),
+    which misses a foot pressed against a face, 15 of 18 such runs walked (now 18)."""
+    run, runner, stairs, footprint = _climb(robot, formulation, 0.15, tmp_path, terrain_known=False, compiled=True)
     _assert_up_and_down(run, runner, stairs, footprint)
     assert run.metrics["compiled_tick_fraction"] > 0.999, run.metrics["compiled_tick_fraction"]
     assert run.metrics["trips"] >= stairs.steps, run.metrics["trips"]

@@ -264,8 +264,10 @@ class SimBridgeNode(Node):
         self._time = Time()  # the last published simulated time
         self._forces = np.zeros((self.k, 3))
         self._forces_step = np.zeros((self.k, 3))
+        self._normal = np.zeros(self.k)  # the period's force along the contact normals [N]
         if self.k:
             self.sim.contact_forces_array(self._forces)  # the spawn state's contacts
+            self._normal[:] = self.sim.normal_forces
         self._spawn_contacts = self._resting_feet()
         push = [float(x) for x in get("push")]
         self.push = Faults(push=tuple(push) if len(push) != 3 or push[1] > 0.0 else None,
@@ -461,8 +463,9 @@ class SimBridgeNode(Node):
                 self._log_throttled("timeout", f"no command for more than {self.command_timeout * 1e3:g} ms "
                                     "(simulated): zero torque")
         self._timed_out = not fresh
-        forces = self._forces
+        forces, normal = self._forces, self._normal
         forces[:] = 0.0
+        normal[:] = 0.0
         if self.push.push is not None:  # held over the period, as the lock-step runner does
             force = push_force(self.push, sim.time, self.weight)
             pushed = force is not None
@@ -476,7 +479,9 @@ class SimBridgeNode(Node):
             sim.step(self._tau_applied)
             if self.k:
                 forces += sim.contact_forces_array(self._forces_step)
+                normal += sim.normal_forces
         forces /= self.substeps
+        normal /= self.substeps
         self.counters["steps"] += 1
         self._cmd_event.clear()  # what arrives from now on answers the state published next
         self._publish_state()
@@ -508,8 +513,7 @@ class SimBridgeNode(Node):
             o.views["twist"][:] = v[:6]  # base frame (REP-105)
             self.pub_odom.publish(o.cdr())
         if self.k:
-            normal = self._forces[:, 2]
-            self._contacts.views["data"][:] = (normal > self.contact_threshold)
+            self._contacts.views["data"][:] = (self._normal > self.contact_threshold)
             if self._spawn_contacts is not None and self.counters["steps"] == 0:
                 self._contacts.views["data"][self._spawn_contacts] = 1.0
             self.pub_contacts.publish(self._contacts.cdr())

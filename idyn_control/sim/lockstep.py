@@ -48,8 +48,10 @@ from .terrain import RAMP_SLOPE_DEG, TERRAINS, block_height, make_terrain
 FALL_HEIGHT_FRACTION = 0.5
 FALL_TILT_RAD = 1.0
 
-#: contact estimate: a foot touches when the ground pushed it with more than this normal
-#: force over the last control period [N] (the bridge node publishes the same estimate)
+#: contact estimate: a foot touches when the ground pushed it with more than this force
+#: along the surface's normal over the last control period [N] (the bridge node publishes
+#: the same estimate). Until 2026-11-29 the force's vertical part: a foot pressed against a
+#: step's face and sliding up it (its friction pulling down) counted as in the air
 CONTACT_THRESHOLD_N = 0.1
 
 
@@ -144,7 +146,8 @@ class Scenario:
             the experiments use. Legged robots on a plane without faults only.
         contact_estimate: which feet the controller and the gait are told touch.
             ``"force"`` (default): those the ground pushed with more than
-            ``CONTACT_THRESHOLD_N`` over the last period, as the bridge node publishes;
+            ``CONTACT_THRESHOLD_N`` along its surface normal over the last period (a step's
+            face too), as the bridge node publishes;
             ``"touching"``: those MuJoCo's collision detection finds touching at the current
             state (:meth:`MujocoSim.touching_array`: the contacts its coming step pushes on,
             one period fresher; seed 000's simulator handed its controllers its contact
@@ -308,9 +311,11 @@ class LockstepRunner:
             gait.reset(0.0, q, v)
             gait.set_velocity(*s.velocity)
         forces = np.zeros((k, 3))
+        normal = np.zeros(k)  # the period's force along the contact normals [N]
         contact_index = {f: i for i, f in enumerate(robot.contact_frames)}
         distance = np.zeros(k)
-        mask = self._estimate_contacts(sim.contact_forces_array(forces), np.zeros(k, dtype=bool), distance)
+        sim.contact_forces_array(forces)
+        mask = self._estimate_contacts(sim.normal_forces, np.zeros(k, dtype=bool), distance)
         fell, fall_time = False, None
         misses = 0
         wall0 = time.perf_counter()
@@ -387,6 +392,7 @@ class LockstepRunner:
                 trace.f_pred[n] = ctrl.formulation.forces
             # physics: hold τ for one control period, average the contact forces over it
             trace.f_meas[n] = 0.0
+            normal[:] = 0.0
             if faults is not None:
                 faults.restore_mask()
                 sim.push(faults.push_force(t, self.weight))
@@ -394,12 +400,14 @@ class LockstepRunner:
                 sim.step(cmd.tau)
                 if k:
                     trace.f_meas[n] += sim.contact_forces_array(forces)
+                    normal += sim.normal_forces
             trace.f_meas[n] /= s.substeps
+            normal /= s.substeps
             if k:  # the period's measured forces: the next tick's ID(t_{i-1}) (seed 000 §7.3)
                 ctrl.set_measured_forces(trace.f_meas[n])
             trace.n = n + 1
             q, v = q_meas, v_meas = sim.state()
-            mask = self._estimate_contacts(trace.f_meas[n], mask_meas, distance)
+            mask = self._estimate_contacts(normal, mask_meas, distance)
             if self.legged and self._fallen(q):
                 fell, fall_time = True, t + s.dt
                 if s.stop_on_fall:
@@ -493,9 +501,10 @@ class LockstepRunner:
         start = min(s.trot_start + 1.0, 0.5 * (s.trot_start + end))
         return (start, end)
 
-    def _estimate_contacts(self, forces: np.ndarray, mask: np.ndarray, distance: np.ndarray) -> np.ndarray:
+    def _estimate_contacts(self, normal: np.ndarray, mask: np.ndarray, distance: np.ndarray) -> np.ndarray:
         """The simulator's contact estimate, written into ``mask`` (k,) and returned:
-        ``forces`` (k, 3) [N] are the last period's; ``distance`` (k,) is scratch. The grasp's
+        ``normal`` (k,) [N] is the last period's force along the contact normals
+        (:attr:`MujocoSim.normal_forces`); ``distance`` (k,) is scratch. The grasp's
         fingertips touch within GRASP_CONTACT_DISTANCE_M of the box; a foot, as
         ``Scenario.contact_estimate`` says."""
         if self.grasp:
@@ -503,7 +512,7 @@ class LockstepRunner:
         elif self.scenario.contact_estimate == "touching":
             self.sim.touching_array(mask)
         else:
-            np.greater(forces[:, 2], CONTACT_THRESHOLD_N, out=mask)
+            np.greater(normal, CONTACT_THRESHOLD_N, out=mask)
         return mask
 
     def _feed_surfaces(self, mask: np.ndarray) -> None:

@@ -240,6 +240,15 @@ class MujocoSim:
             self._normal[k] += self._wrench[0]
         return out
 
+    @property
+    def normal_forces(self) -> np.ndarray:
+        """Per contact [N], (n_contacts,): the force along MuJoCo's contact normals, summed
+        over the foot sphere's contacts, as of the last :meth:`contact_forces_array` (a
+        view, overwritten by the next call). What presses the foot onto whatever it touches:
+        on a step's face it is large while the force's vertical part is ≤ 0 (the face's
+        friction holds a foot that slides up it)."""
+        return self._normal
+
     def touching_array(self, out: np.ndarray | None = None) -> np.ndarray:
         """Which contact spheres MuJoCo's collision detection finds touching at the current
         state, (n_contacts,) bool: the contacts its next step pushes on (signed distance
