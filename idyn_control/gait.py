@@ -833,8 +833,9 @@ class Gait:
         travels at that height (:func:`obstacle_profile`), over a longer swing
         (``OBSTACLE_SWING_STRETCH``).
         Decided while the two profiles barely differ (the first tenth of the swing: a swing is
-        re-targeted from its first tick); later re-targets only raise the apex. With a 1.5 cm swing Solo12 and ANYmal C tripped on a
-        2.2 cm and a 4.6 cm step they were told of, and fell."""
+        re-targeted from its first tick); later re-targets only raise the apex. With a 1.5 cm
+        swing Solo12 and ANYmal C tripped on a 2.2 cm and a 4.6 cm step they were told of, and
+        fell."""
         c = self.config
         over = not math.isnan(self._obstacle_apex[i])
         if not over and s > 0.1:

@@ -263,7 +263,6 @@ class SimBridgeNode(Node):
         self._clock_msg = SerializedMessage(Clock(), {}, stamp="clock")  # not _clock: the Node's own clock
         self._time = Time()  # the last published simulated time
         self._forces = np.zeros((self.k, 3))
-        self._forces_step = np.zeros((self.k, 3))
         self._normal = np.zeros(self.k)  # the period's force along the contact normals [N]
         if self.k:
             self.sim.contact_forces_array(self._forces)  # the spawn state's contacts
@@ -463,9 +462,6 @@ class SimBridgeNode(Node):
                 self._log_throttled("timeout", f"no command for more than {self.command_timeout * 1e3:g} ms "
                                     "(simulated): zero torque")
         self._timed_out = not fresh
-        forces, normal = self._forces, self._normal
-        forces[:] = 0.0
-        normal[:] = 0.0
         if self.push.push is not None:  # held over the period, as the lock-step runner does
             force = push_force(self.push, sim.time, self.weight)
             pushed = force is not None
@@ -475,13 +471,7 @@ class SimBridgeNode(Node):
             self._pushing = pushed
             self.counters["push_steps"] += pushed
             sim.push(force)
-        for _ in range(self.substeps):
-            sim.step(self._tau_applied)
-            if self.k:
-                forces += sim.contact_forces_array(self._forces_step)
-                normal += sim.normal_forces
-        forces /= self.substeps
-        normal /= self.substeps
+        sim.step_period(self._tau_applied, self.substeps, self._forces, self._normal)
         self.counters["steps"] += 1
         self._cmd_event.clear()  # what arrives from now on answers the state published next
         self._publish_state()

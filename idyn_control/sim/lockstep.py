@@ -310,11 +310,10 @@ class LockstepRunner:
         if gait is not None:
             gait.reset(0.0, q, v)
             gait.set_velocity(*s.velocity)
-        forces = np.zeros((k, 3))
         normal = np.zeros(k)  # the period's force along the contact normals [N]
         contact_index = {f: i for i, f in enumerate(robot.contact_frames)}
         distance = np.zeros(k)
-        sim.contact_forces_array(forces)
+        sim.contact_forces_array()
         mask = self._estimate_contacts(sim.normal_forces, np.zeros(k, dtype=bool), distance)
         fell, fall_time = False, None
         misses = 0
@@ -391,18 +390,10 @@ class LockstepRunner:
             elif cmd.source == "formulation":  # compiled: per configured contact
                 trace.f_pred[n] = ctrl.formulation.forces
             # physics: hold τ for one control period, average the contact forces over it
-            trace.f_meas[n] = 0.0
-            normal[:] = 0.0
             if faults is not None:
                 faults.restore_mask()
                 sim.push(faults.push_force(t, self.weight))
-            for _ in range(s.substeps):
-                sim.step(cmd.tau)
-                if k:
-                    trace.f_meas[n] += sim.contact_forces_array(forces)
-                    normal += sim.normal_forces
-            trace.f_meas[n] /= s.substeps
-            normal /= s.substeps
+            sim.step_period(cmd.tau, s.substeps, trace.f_meas[n], normal)
             if k:  # the period's measured forces: the next tick's ID(t_{i-1}) (seed 000 §7.3)
                 ctrl.set_measured_forces(trace.f_meas[n])
             trace.n = n + 1

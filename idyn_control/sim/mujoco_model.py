@@ -240,6 +240,20 @@ class MujocoSim:
             self._normal[k] += self._wrench[0]
         return out
 
+    def step_period(self, tau: np.ndarray, substeps: int, forces: np.ndarray, normal: np.ndarray) -> None:
+        """Hold τ [N·m] for one control period of ``substeps`` timesteps; ``forces`` (n_contacts,
+        3) and ``normal`` (n_contacts,) receive the contact forces [N] (:meth:`contact_forces_array`)
+        and the forces along the contact normals (:attr:`normal_forces`) averaged over them."""
+        forces[:] = 0.0
+        normal[:] = 0.0
+        for _ in range(substeps):
+            self.step(tau)
+            if len(self.contacts):
+                forces += self.contact_forces_array()
+                normal += self._normal
+        forces /= substeps
+        normal /= substeps
+
     @property
     def normal_forces(self) -> np.ndarray:
         """Per contact [N], (n_contacts,): the force along MuJoCo's contact normals, summed

@@ -304,8 +304,7 @@ class Stairs(HeightMap):
         self.steps, self.tread_m, self.rise_m = int(steps), tread_m, rise_m
         self.start_m, self.landing_m = start_m, landing_m
         flight = (self.steps - 1) * tread_m  # [m] from the first face to the last one up
-        self.top_start_m = start_m + flight
-        self.top_end_m = self.top_start_m + landing_m
+        self.top_end_m = start_m + flight + landing_m  # [m] the landing's far edge
         end = self.top_end_m + flight + 1.0  # [m] the last face down, and room to walk on
         size = 2.0 * patch * math.ceil(end / patch)
         X, Y = self._set_grid(HeightMapConfig(size_m=size, patch_m=patch, bump_height_m=self.steps * rise_m,
