@@ -408,3 +408,35 @@ def test_each_quadruped_walks_the_waypoint_task_on_low_friction_ground(robot, fo
     assert not m["fell"], m
     assert m["waypoints_reached"] >= 2, m
     assert m["force_error_sum_rel"] < 0.05, m
+
+
+#: (vx, vy) [m/s], μ, compliant ground: backwards on soft ground, sideways on μ 0.5
+STEPS = {"backwards": ((-0.2, 0.0), 0.8, True), "sideways": ((0.0, 0.15), 0.5, False)}
+
+
+@pytest.mark.parametrize("step", sorted(STEPS))
+@pytest.mark.parametrize("robot", QUADRUPEDS + tuple(sorted(set(MORE_ROBOTS) - {"solo8"})))
+def test_each_quadruped_trots_backwards_or_sideways_then_stops_and_stands(robot, step, tmp_path):
+    """Stand 1 s, trot backwards (compliant ground, μ 0.8) or sideways (rigid μ 0.5) for 4 s,
+    then the stop: the gait ramps the command down, lands its feet and stands. Compiled
+    ticks, every option at its default. No fall, the commanded speed (±15 %) along the
+    command and not across it, standing still at the end (the base moves < 5 mm in the
+    last 0.5 s, all feet planned down) and the predicted summed normal force within 5 %."""
+    (vx, vy), mu, compliant = STEPS[step]
+    source = robot if robot in robots.names() else str(write_robot_file(tmp_path, robot))
+    runner = LockstepRunner(Scenario(robot=source, formulation="qp_coulomb", duration=8.0, trot_start=1.0,
+                                     trot_stop=5.0, velocity=(vx, vy, 0.0), friction=mu, compliant=compliant,
+                                     compiled=True))
+    run = runner.run()
+    m, tr = run.metrics, run.trace
+    assert not m["fell"], m
+    speed = math.hypot(vx, vy)
+    assert m["speed_along_command_m_s"] == pytest.approx(speed, rel=0.15), m
+    walk = (tr.t >= 2.0) & (tr.t <= 5.0)
+    i0, i1 = np.flatnonzero(walk)[[0, -1]]
+    across = np.array([-vy, vx]) / speed
+    assert abs(across @ (tr.q[i1, :2] - tr.q[i0, :2])) < 0.15 * speed * (tr.t[i1] - tr.t[i0])  # no drift across
+    end = tr.t >= tr.t[-1] - 0.5
+    assert np.hypot(*np.ptp(tr.q[end, :2], axis=0)) < 0.005
+    assert tr.planned_stance[end].all() and runner.gait.mode == "stand"
+    assert m["force_error_sum_rel"] < 0.05, m
