@@ -376,6 +376,26 @@ def test_solo8_told_to_turn_and_step_sideways_trots_straight_on(friction, compil
     assert m["force_error_sum_rel"] < 0.05, m
 
 
+@pytest.mark.parametrize("compiled, friction", [(True, 0.5), (True, 0.3), (True, 0.2), (False, 0.5)])
+def test_solo8_without_effort_limits_trots_with_wbc_qp_on_torques_its_motors_have(compiled, friction, tmp_path):
+    """A Solo 8 file that does not set ``effort_limit`` (its URDF says 1000 N·m: nothing
+    bounds the QP's torques) trots 5 s at 0.2 m/s with ``wbc_qp``: no fall, the commanded
+    speed, forces predicted within 5 %, and every torque below the 2.7 N·m its motors give.
+    Its legs cannot move a foot sideways, so with three feet down the feet's sideways rows
+    are nearly dependent (wbc_qp.CONTACT_RANK_TOLERANCE): held exactly, a landing's QP asked
+    for 120 rad/s² of roll and 230 N at one foot, and the robot fell 0.3 s into the trot."""
+    source = str(write_robot_file(tmp_path, "solo8"))
+    run = run_scenario(Scenario(robot=source, formulation="wbc_qp", duration=6.0, trot_start=1.0,
+                                velocity=(SPEED_M_S, 0.0, 0.0), friction=friction, compiled=compiled))
+    m, tr = run.metrics, run.trace
+    assert not m["fell"], m
+    q, later = tr.q, tr.t >= 2.0
+    forward = (q[later, 0][-1] - q[later, 0][0]) / (tr.t[later][-1] - tr.t[later][0])
+    assert forward == pytest.approx(SPEED_M_S, rel=0.15)
+    assert m["force_error_sum_rel"] < 0.05, m
+    assert np.abs(tr.tau).max() < 2.7
+
+
 #: the waypoint task on rigid μ 0.1: cells that fall today (strict xfails)
 WAYPOINT_FAILS = {
     ("quadruped", "wbc_qp"): "marginal: falls at 5.6 s here; with the trot from 1 s it walked 20 s compiled and fell "

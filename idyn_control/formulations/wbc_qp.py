@@ -32,7 +32,9 @@ moving), the project quadruped, ANYmal C, B1, HyQ, Laikago and ANYmal B fell (3.
 **Always an answer.** When no torque within the limits holds the contacts, the QP is
 solved again without the limits (the controller clamps; ``torque_limits_dropped``). When
 no q̈ holds them at all — two held points on one rigid link whose accelerations the
-velocity makes inconsistent, a singular leg — the contact rows become elastic, a penalty
+velocity makes inconsistent, a singular leg; or only a huge one, when a held row nearly
+depends on the others (``CONTACT_RANK_TOLERANCE``: a leg without abduction moves no foot
+sideways) — the contact rows become elastic, a penalty
 ``ELASTIC_WEIGHT`` times the largest cost weight, with the torque limits back in place
 (f = 0 and any τ within them is then feasible, so this QP always has a solution):
 ``contacts_elastic`` counts such ticks and ``Result.relaxed`` says how much acceleration
@@ -69,6 +71,15 @@ FRICTION_CONES = ("inscribed", "pyramid")
 #: contact rows whose least-squares residual exceeds this many ``eps_abs`` cannot be met
 #: by any q̈: the QP is infeasible and only its elastic form is solved
 INCONSISTENT_ROWS = 100.0
+#: a held contact row whose QR pivot is below this fraction of the largest adds no
+#: independent row: the layout is redundant, and its rows are met in the least-squares
+#: sense (elastic) whenever they leave a residual. Round-off's threshold alone (ε · rows)
+#: let a nearly singular layout through: Solo 8's planar legs cannot move a foot sideways,
+#: so with three feet down only the base's roll, through millimetres of difference in the
+#: feet's heights, met the third foot's sideways row (pivot 4·10⁻⁶ of the largest). The QP
+#: then asked for 120 rad/s² of roll and 230 N at a stance foot on a 1.7 kg robot, the
+#: simulator followed, and the next ticks doubled it until the fall
+CONTACT_RANK_TOLERANCE = 1e-3
 
 
 @dataclass
@@ -413,14 +424,15 @@ class WbcQp(Formulation):
 
     def _contact_rows_least_squares(self, rows: slice) -> tuple[int, float]:
         """Rank of the contact rows J q̈ = b of the QP (zero rows for inactive contacts; QR
-        with column pivoting and Eigen's rank threshold, as the compiled tick) and the
-        largest residual of their least-squares solution [m/s²]: beyond the QP's tolerance,
-        no q̈ meets them."""
+        with column pivoting, pivots above :data:`CONTACT_RANK_TOLERANCE` of the largest, as
+        the compiled tick) and the largest residual of their least-squares solution [m/s²]
+        on those pivots: beyond the QP's tolerance, no q̈ meets them (or only one that a
+        nearly dependent row makes huge)."""
         Ac, bc = self.qp.A[rows, :self.model.nv], self.qp.b[rows]
         Q, R, _ = linalg.qr(Ac, mode="economic", pivoting=True)
         d = np.abs(np.diag(R))
         top = d.max(initial=0.0)
-        rank = int(np.count_nonzero(d > np.finfo(float).eps * d.size * top)) if top > 0.0 else 0
+        rank = int(np.count_nonzero(d > CONTACT_RANK_TOLERANCE * top)) if top > 0.0 else 0
         Qr = Q[:, :rank]
         return rank, float(np.abs(bc - Qr @ (Qr.T @ bc)).max(initial=0.0))
 

@@ -44,6 +44,7 @@ constexpr double ELASTIC_WEIGHT = 1e4;  // as qp.ELASTIC_WEIGHT
 constexpr int GUESS_STEPS = 4;                 // as qp.GUESS_STEPS
 constexpr double GUESS_REGULARIZATION = 1e-12;  // as qp.GUESS_REGULARIZATION
 constexpr double INCONSISTENT_ROWS = 100.0;  // as wbc_qp.INCONSISTENT_ROWS
+constexpr double CONTACT_RANK_TOLERANCE = 1e-3;  // as wbc_qp.CONTACT_RANK_TOLERANCE
 constexpr double BASE_ROWS_TOL = 1e-7;       // as wbc_qp.BASE_ROWS_TOL
 constexpr int RESCUE_MAX_ITER = 1000;        // as qp_contact.RESCUE_MAX_ITER
 constexpr int PYRAMID_ROWS = 5;
@@ -491,6 +492,7 @@ struct Wbc {
   // pivoting) and the largest residual of their least-squares solution, b − Q_r Q_rᵀ b
   double contact_rows_residual(int& rank) {
     const int n = 3 * d.k;
+    qr.setThreshold(CONTACT_RANK_TOLERANCE);  // pivots relative to the largest (wbc_qp.py)
     qr.compute(qp.A.block(d.nb, 0, n, d.nv));
     rank = static_cast<int>(qr.rank());
     left = qp.b.segment(d.nb, n);
