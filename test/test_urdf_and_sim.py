@@ -392,6 +392,33 @@ def test_compliant_ground_yields_the_same_for_every_friction(quadruped):
     assert deepest_pyr > 3.0 * deepest_inf
 
 
+def test_every_patch_of_the_rigid_height_map_is_as_rigid(quadruped):
+    """Seed 000's height map is rigid with μ from 0.1 to 1.5 per patch: a 0.2 m/s landing
+    sinks less than half a millimetre, into a μ 0.1 patch as into a μ 1.5 one (0.28 and
+    0.09 mm). With MuJoCo's pyramidal cone the μ 0.1 patches had a 27× longer time constant
+    (54 ms): this landing sank 3.5 mm, the quadruped's trotting feet up to 7 mm, and MuJoCo's
+    height-field collision then pushed them along normals 66° from the surface's. The
+    default cone of a map whose patches differ in μ is elliptic."""
+    from idyn_control.sim.terrain import make_terrain
+
+    footprint = robots.standing_footprint(quadruped, robots.spec("quadruped"))
+
+    def terrain(mu_under_feet: float):
+        t = make_terrain("heightmap", 0, footprint)
+        t.mu[:] = mu_under_feet
+        t.mu[0, 0] = 1.5 if mu_under_feet < 1.0 else 0.1  # a far corner: the patches differ
+        return t
+
+    slippery, grippy = terrain(0.1), terrain(1.5)
+    deepest_slippery, end_slippery = _landing_depth(quadruped, build_mujoco(quadruped, terrain=slippery))
+    deepest_grippy, end_grippy = _landing_depth(quadruped, build_mujoco(quadruped, terrain=grippy))
+    assert deepest_grippy < 0.5e-3 and deepest_slippery < 0.5e-3
+    assert end_grippy < 0.05e-3 and end_slippery < 0.05e-3
+    # what the elliptic default avoids: the pyramidal cone's μ 0.1 patches give way
+    deepest_pyr, _ = _landing_depth(quadruped, build_mujoco(quadruped, terrain=slippery, cone="pyramidal"))
+    assert deepest_pyr > 5.0 * deepest_slippery
+
+
 @pytest.mark.parametrize("cone", ("pyramidal", "elliptic"))
 def test_infinite_friction_holds_and_low_friction_slips(quadruped, cone):
     """A sideways push of 0.3·m·g on the base: μ = ∞ keeps the feet in place, μ = 0.1 does not."""
