@@ -18,6 +18,7 @@ import pytest
 
 from conftest import MORE_ROBOTS, NEW_ROBOTS, write_robot_file
 from idyn_control import robots
+from idyn_control.sim.faults import Faults
 from idyn_control.sim.lockstep import LockstepRunner, Scenario, run_scenario
 from idyn_control.sim.terrain import make_terrain
 
@@ -472,8 +473,6 @@ def test_each_quadruped_trots_with_a_model_15_percent_too_heavy_or_too_light(rob
     stand 1 s, trot 5 s at 0.2 m/s. No fall, the commanded speed, and the summed normal force
     predicted within 6 % (the joint feedback makes up most of the model's 15 %: 0.6–4.6 % on
     these robots, measured 2026-11-30)."""
-    from idyn_control.sim.faults import Faults
-
     source = robot if robot in robots.names() else str(write_robot_file(tmp_path, robot))
     run = run_scenario(Scenario(robot=source, formulation=formulation, duration=6.0, trot_start=1.0,
                                 velocity=(SPEED_M_S, 0.0, 0.0), friction=0.6, compiled=True,

@@ -427,6 +427,7 @@ struct Wbc {
         gen(VectorXd::Zero(d.nv)), base_llt(d.nb), body(d.k), own_rows(d.k, 0), Jang(3, d.nv) {
     for (int i = 0; i < d.k; ++i) body[i] = engine_contact_body(*e, i);
     bodies.reserve(d.k);
+    qr.setThreshold(CONTACT_RANK_TOLERANCE);  // pivots relative to the largest (wbc_qp.py)
   }
 
   // ContactSet.held_rows: one rigid-body constraint per body with several held points
@@ -492,7 +493,6 @@ struct Wbc {
   // pivoting) and the largest residual of their least-squares solution, b − Q_r Q_rᵀ b
   double contact_rows_residual(int& rank) {
     const int n = 3 * d.k;
-    qr.setThreshold(CONTACT_RANK_TOLERANCE);  // pivots relative to the largest (wbc_qp.py)
     qr.compute(qp.A.block(d.nb, 0, n, d.nv));
     rank = static_cast<int>(qr.rank());
     left = qp.b.segment(d.nb, n);

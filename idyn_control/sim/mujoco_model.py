@@ -416,7 +416,7 @@ def build_mujoco(
         raise ConfigError("penetration", penetration, "must be a finite value > 0 [m]")
     cones = {"pyramidal": mujoco.mjtCone.mjCONE_PYRAMIDAL, "elliptic": mujoco.mjtCone.mjCONE_ELLIPTIC}
     if cone is None:
-        patches_differ = terrain is not None and len({float(mu) for *_, mu in terrain.tiles()}) > 1
+        patches_differ = terrain is not None and float(np.ptp(terrain.mu)) > 0.0
         cone = "elliptic" if compliant or patches_differ else "pyramidal"
     if cone not in cones:
         raise UnknownNameError("friction cone", cone, cones)
